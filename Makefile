@@ -1,0 +1,39 @@
+# The two set-up commands of a fresh machine: `make run` (the app) and `make test` (the tests).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# torch for "This computer". The pinned release installs the CPU build where it is cached (as on CI);
+# `make run TORCH=torch` takes the newest build for your machine (CUDA on Linux with NVIDIA GPUs).
+TORCH ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: run test bench system-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.stamp-app: pyproject.toml | $(PY)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[local]"
+	touch $@
+
+$(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-app
+	$(PY) -m pip install -q -e ".[local,test,bench]"
+	touch $@
+
+run: $(VENV)/.stamp-app
+	$(PY) -m ddpgui launch local --workload mlp --nproc 2 --steps 200 --precision bf16 --compile off --follow
+
+system-deps:
+	@bash .ci/system-deps
+
+test: system-deps $(VENV)/.stamp-test
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+bench: $(VENV)/.stamp-test
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

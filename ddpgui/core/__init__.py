@@ -1,0 +1,1 @@
+"""Everything the app can do, without Qt: hosts, targets, runs, store, analysis, export."""

@@ -1,0 +1,148 @@
+"""Turns the follow stream of one run into the latest numbers a human wants to see.
+
+:class:`LiveRun` is fed the records of a run (metrics, telemetry, events) and keeps
+what a progress line or a dashboard header shows: step, loss, throughput, ETA,
+CPU/GPU use, compile time, the last error with its hint.  The CLI and the GUI
+read the same object.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LiveRun:
+    total_steps: int | None = None
+    total_minutes: float | None = None
+    step: int = 0
+    loss: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    mem_peak_gib: float | None = None
+    compile_s: float | None = None
+    started_t: float | None = None
+    last_t: float | None = None
+    state: str = "starting"
+    message: str = ""
+    hint: str = ""
+    summary: dict = field(default_factory=dict)
+    cpu_pct: float | None = None
+    proc_cpu_pct: float | None = None
+    rss_gib: float | None = None
+    gpus: dict[int, dict] = field(default_factory=dict)
+    steady: list[float] = field(default_factory=list)
+    inference: list[dict] = field(default_factory=list)
+
+    def add_metric(self, rec: dict) -> None:
+        self.step = rec.get("step", self.step)
+        self.last_t = rec.get("t", self.last_t)
+        if self.started_t is None:
+            self.started_t = self.last_t
+        for key in ("loss", "samples_per_s", "tokens_per_s", "mem_peak_gib"):
+            if rec.get(key) is not None:
+                setattr(self, key, rec[key])
+        if rec.get("samples_per_s") is not None and not rec.get("warmup") and rec.get("phase") != "inference":
+            self.steady.append(rec["samples_per_s"])
+
+    def add_telemetry(self, rec: dict) -> None:
+        if rec.get("kind") == "cpu":
+            self.cpu_pct = rec.get("cpu_pct")
+            self.proc_cpu_pct = rec.get("proc_cpu_pct")
+            self.rss_gib = rec.get("rss_gib")
+        elif rec.get("kind") == "gpu":
+            self.gpus[rec.get("gpu", 0)] = rec
+
+    def add_event(self, rec: dict) -> None:
+        event = rec.get("event")
+        if event == "started" and self.started_t is None:
+            self.started_t = rec.get("t")
+        elif event == "train_start":
+            self.state = "running"
+        elif event == "compile_end":
+            self.compile_s = rec.get("duration_s")
+        elif event == "summary":
+            self.summary = rec
+        elif event in ("inference_summary", "inference_unsupported"):
+            self.inference.append(rec)
+        elif event in ("finished", "failed", "stopped"):
+            self.state = event
+            self.message = rec.get("message") or self.message
+            self.hint = rec.get("hint") or self.hint
+
+    def add(self, spool: str, rec: dict) -> None:
+        if spool == "metrics.jsonl":
+            self.add_metric(rec)
+        elif spool == "telemetry.jsonl":
+            self.add_telemetry(rec)
+        elif spool == "events.jsonl":
+            self.add_event(rec)
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if self.started_t is None:
+            return None
+        return max(0.0, (self.last_t or time.time()) - self.started_t)
+
+    @property
+    def fraction(self) -> float | None:
+        """How much of the run is done (0..1), when its length is known."""
+        if self.total_steps:
+            return min(1.0, self.step / self.total_steps)
+        if self.total_minutes and self.elapsed_s is not None:
+            return min(1.0, self.elapsed_s / (self.total_minutes * 60))
+        return None
+
+    @property
+    def eta_s(self) -> float | None:
+        frac, elapsed = self.fraction, self.elapsed_s
+        if not frac or elapsed is None or frac >= 1.0:
+            return None
+        return elapsed * (1 - frac) / frac
+
+    @property
+    def steady_samples_per_s(self) -> float | None:
+        if self.summary.get("steady_samples_per_s") is not None:
+            return self.summary["steady_samples_per_s"]
+        return sum(self.steady) / len(self.steady) if self.steady else None
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def format_rate(value: float | None, unit: str) -> str:
+    if value is None:
+        return f"- {unit}"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M {unit}"
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k {unit}"
+    return f"{value:.1f} {unit}"
+
+
+def progress_line(live: LiveRun, width: int = 20) -> str:
+    """One line: bar, step/total, loss, throughput, device use, ETA."""
+    frac = live.fraction
+    bar = ""
+    if frac is not None:
+        filled = int(frac * width)
+        bar = "[" + "#" * filled + "." * (width - filled) + f"] {frac * 100:5.1f}% "
+    total = f"/{live.total_steps}" if live.total_steps else ""
+    loss = f"{live.loss:.4f}" if live.loss is not None else "-"
+    parts = [f"{bar}step {live.step}{total}", f"loss {loss}", format_rate(live.samples_per_s, "samples/s")]
+    if live.tokens_per_s is not None:
+        parts.append(format_rate(live.tokens_per_s, "tok/s"))
+    if live.gpus:
+        utils = [g.get("util_pct") for _, g in sorted(live.gpus.items())]
+        parts.append("GPU " + " ".join("-" if u is None else f"{u:.0f}%" for u in utils))
+    elif live.proc_cpu_pct is not None:
+        rss = f" rss {live.rss_gib:.2f} GiB" if live.rss_gib is not None else ""
+        parts.append(f"CPU {live.proc_cpu_pct:.0f}%{rss}")
+    parts.append(f"ETA {format_duration(live.eta_s)}")
+    return "  ".join(parts)

@@ -1,0 +1,231 @@
+"""One Target interface for "This computer" and SSH hosts.
+
+Subclasses implement a handful of transport primitives (run a command, stream
+a command's output, read and write files); everything the app asks of a host —
+probe, deploy, launch, status, stop, follow — is written once here on top of
+them, so callers cannot tell a local target from a remote one.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from remote_runner.config import RunConfig
+from remote_runner.status import CONFIG
+
+from ..package import RunnerPackage
+from ..protocol import End, FollowDecoder, Message
+
+#: Seconds without any byte from ``follow`` (it sends a heartbeat every second) before the link counts as dead.
+FOLLOW_SILENCE_S = 5.0
+
+#: Progress callback: (bytes done, bytes total, files done, files total).
+Progress = Callable[[int, int, int, int], None]
+
+_HASH_SNIPPET = ("import hashlib,sys\n"
+                 "try:\n h=hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest()\n"
+                 "except OSError:\n h=''\nprint(h)")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    rc: int
+    stdout: bytes
+    stderr: bytes
+
+    def json(self) -> dict:
+        return json.loads(self.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+
+
+class TargetError(RuntimeError):
+    """Something a host could not do; ``hint`` says what the user can do about it."""
+
+    def __init__(self, message: str, hint: str = "", field: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+        self.field = field
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text} — {self.hint}" if self.hint else text
+
+
+class ConnectionLost(TargetError):
+    """The link to the host dropped (or went silent) while a command was running."""
+
+
+class Stream(ABC):
+    """The stdout of a long-running command on the target."""
+
+    @abstractmethod
+    def read(self, timeout: float) -> bytes:
+        """Bytes available within ``timeout`` seconds; b"" at end of stream; TimeoutError if silent."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the command (the run it follows goes on)."""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    run_dir: str
+    pid: int
+    uploaded_bytes: int
+
+
+class Target(ABC):
+    """A host that can run the runner; ``name`` is its profile name."""
+
+    name: str
+    python: str
+
+    # ---- transport primitives ------------------------------------------------------------
+    @abstractmethod
+    def exec(self, argv: list[str], stdin: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        """Run ``argv`` (never through a shell on our side; quoted for the remote shell by SSH targets)."""
+
+    @abstractmethod
+    def stream(self, argv: list[str]) -> Stream:
+        """Start ``argv`` and return its stdout as a :class:`Stream`."""
+
+    @abstractmethod
+    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        """Write ``data`` to ``path`` atomically."""
+
+    @abstractmethod
+    def read_file(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def makedirs(self, path: str, mode: int = 0o700) -> None: ...
+
+    @abstractmethod
+    def run_root(self) -> str:
+        """The absolute directory on the host under which runners and runs live."""
+
+    def close(self) -> None:
+        """Release connections (nothing for a local target)."""
+
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- files ---------------------------------------------------------------------------
+    def put(self, local_path: str, remote_path: str, mode: int = 0o600) -> None:
+        with open(local_path, "rb") as fh:
+            self.write_file(remote_path, fh.read(), mode)
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        with open(local_path, "wb") as fh:
+            fh.write(self.read_file(remote_path))
+
+    def sha256(self, path: str) -> str | None:
+        """The sha256 of a file on the host, or None when it is missing."""
+        result = self.exec([self.python, "-c", _HASH_SNIPPET, path], timeout=120)
+        if result.rc != 0:
+            raise self._python_error(result)
+        return result.stdout.decode().strip() or None
+
+    # ---- the runner ----------------------------------------------------------------------
+    _runner_path: str | None = None  # set by deploy()
+
+    def runner_path(self, package: RunnerPackage) -> str:
+        return posixpath.join(self.run_root(), package.name)
+
+    def deploy(self, package: RunnerPackage, progress: Progress | None = None) -> int:
+        """Put the runner on the host unless it is there already; returns the bytes uploaded."""
+        path = self.runner_path(package)
+        self._runner_path = path
+        if self.sha256(path) == package.sha256:
+            return 0
+        self.makedirs(self.run_root())
+        if progress:
+            progress(0, package.size, 0, 1)
+        self.put(str(package.path), path, mode=0o644)
+        if self.sha256(path) != package.sha256:
+            raise TargetError(f"the runner uploaded to {self.name}:{path} does not match its hash",
+                              "check free disk space on the host and try again")
+        if progress:
+            progress(package.size, package.size, 1, 1)
+        return package.size
+
+    def runner(self, *args: str) -> list[str]:
+        if self._runner_path is None:
+            raise TargetError(f"the runner is not deployed to {self.name}", "call deploy() first")
+        return [self.python, self._runner_path, *args]
+
+    def _python_error(self, result: CommandResult) -> TargetError:
+        err = result.stderr.decode("utf-8", "replace").strip()
+        if result.rc == 127 or "No such file" in err or "not found" in err:
+            return TargetError(f"Python {self.python!r} was not found on {self.name}",
+                               "set the host profile's Python interpreter to a python3 that exists there "
+                               "(e.g. the python of your venv or conda env)")
+        return TargetError(f"{self.python} failed on {self.name} (exit {result.rc}): {err[-500:]}")
+
+    def _runner_json(self, *args: str, timeout: float | None = 60.0) -> dict:
+        result = self.exec(self.runner(*args), timeout=timeout)
+        try:
+            reply = result.json()
+        except (ValueError, IndexError):
+            raise self._python_error(result) from None
+        if not reply.get("ok", True):
+            raise TargetError(reply.get("error", "the runner refused"), reply.get("hint", ""), reply.get("field"))
+        return reply
+
+    def probe(self) -> dict:
+        """What the host has (GPUs, driver, torch, NCCL, compile support) and its problems, with hints."""
+        return self._runner_json("probe", "--run-root", self.run_root(), timeout=120)
+
+    def run_dir(self, run_id: str) -> str:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise TargetError(f"invalid run id {run_id!r}")
+        return posixpath.join(self.run_root(), "runs", run_id)
+
+    def launch(self, config: RunConfig) -> LaunchResult:
+        """Create the run directory (0700), write config.json and start the run detached."""
+        run_dir = self.run_dir(config.run_id)
+        self.makedirs(run_dir, 0o700)
+        self.write_file(posixpath.join(run_dir, CONFIG), config.to_json().encode(), 0o600)
+        reply = self._runner_json("launch", run_dir)
+        return LaunchResult(run_dir=reply["run_dir"], pid=int(reply["pid"]), uploaded_bytes=0)
+
+    def status(self, run_dir: str) -> dict:
+        return self._runner_json("status", run_dir)
+
+    def stop(self, run_dir: str) -> dict:
+        return self._runner_json("stop", run_dir, timeout=120)
+
+    def follow(self, run_dir: str, offsets: dict[str, int] | None = None, once: bool = False,
+               silence_s: float = FOLLOW_SILENCE_S) -> Iterator[Message]:
+        """Messages of the run's spools from ``offsets`` until the run has ended.
+
+        Raises :class:`ConnectionLost` when the stream breaks or stays silent for
+        ``silence_s`` (the runner sends a heartbeat every second).
+        """
+        argv = self.runner("follow", run_dir, "--from", json.dumps(offsets or {}))
+        if once:
+            argv.append("--once")
+        stream = self.stream(argv)
+        decoder = FollowDecoder()
+        try:
+            while True:
+                try:
+                    data = stream.read(silence_s)
+                except TimeoutError:
+                    raise ConnectionLost(f"no data from {self.name} for {silence_s:.0f} s",
+                                         "the connection will be retried") from None
+                if not data:
+                    if not decoder.idle:
+                        raise ConnectionLost(f"the follow stream from {self.name} broke mid-frame")
+                    raise ConnectionLost(f"the follow stream from {self.name} ended before the run did")
+                for message in decoder.feed(data):
+                    yield message
+                    if isinstance(message, End):
+                        return
+        finally:
+            stream.close()
+

@@ -1,0 +1,79 @@
+""""This computer": the runner through subprocesses, no SSH."""
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import tempfile
+
+from ..paths import data_dir
+from .base import CommandResult, Stream, Target
+
+LOCAL_NAME = "local"
+
+
+class _ProcessStream(Stream):
+    def __init__(self, argv: list[str]):
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL)
+        self._fd = self._proc.stdout.fileno()
+
+    def read(self, timeout: float) -> bytes:
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        return os.read(self._fd, 1 << 20)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc.stdout.close()
+
+
+class LocalTarget(Target):
+    """Runs on this computer with ``python`` (default: the app's own interpreter)."""
+
+    def __init__(self, name: str = LOCAL_NAME, python: str | None = None, run_root: str | None = None):
+        self.name = name
+        self.python = python or sys.executable
+        self._root = os.path.abspath(os.path.expanduser(run_root)) if run_root else str(data_dir() / "local")
+
+    def run_root(self) -> str:
+        return self._root
+
+    def exec(self, argv: list[str], stdin: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        try:
+            proc = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
+        except FileNotFoundError as exc:
+            return CommandResult(127, b"", str(exc).encode())
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def stream(self, argv: list[str]) -> Stream:
+        return _ProcessStream(argv)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        directory = os.path.dirname(path)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    def makedirs(self, path: str, mode: int = 0o700) -> None:
+        os.makedirs(path, mode=mode, exist_ok=True)
+        os.chmod(path, mode)

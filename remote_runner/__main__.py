@@ -1,0 +1,179 @@
+"""Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``.
+
+Each command prints JSON on stdout (``follow`` prints the framed stream of
+docs/PROTOCOL.md) and exits 0 on success, 2 when the request was refused.
+The same commands work from the zipapp: ``python runner-<hash>.pyz probe``.
+"""
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import List, Optional
+
+#: The oldest torch the runner supports.
+MIN_TORCH = (2, 1)
+
+
+def _print(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _refuse(error: str, hint: str = "", **fields: object) -> int:
+    _print(dict(fields, ok=False, error=error, hint=hint))
+    return 2
+
+
+def _torch_problem() -> Optional[dict]:
+    """Whether this interpreter has a usable torch, checked without importing it (fast)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return {"error": "PyTorch is not installed for %s" % sys.executable,
+                "hint": "install torch into this environment (pip install torch), or point the host profile at "
+                        "the Python of a venv/conda env that has it"}
+    try:
+        from importlib.metadata import version
+
+        found = version("torch")
+    except Exception:  # an unusual install without metadata: let torchrun tell
+        return None
+    parts = tuple(int(p) for p in found.split("+")[0].split(".")[:2] if p.isdigit())
+    if parts and parts < MIN_TORCH:
+        return {"error": "PyTorch %s is too old (the runner needs %d.%d or newer)" % ((found,) + MIN_TORCH),
+                "hint": "upgrade torch in %s (pip install -U torch)" % sys.executable}
+    return None
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .probe import probe
+
+    _print(probe(args.run_root))
+    return 0
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_config
+    from .status import CONFIG, read_status
+    from .supervisor import start
+
+    run_dir = os.path.abspath(args.run_dir)
+    if not os.path.isdir(run_dir):
+        return _refuse("run directory %s does not exist" % run_dir, "the client creates it and writes config.json")
+    os.chmod(run_dir, 0o700)
+    try:
+        config = load_config(os.path.join(run_dir, CONFIG))
+    except FileNotFoundError:
+        return _refuse("%s has no config.json" % run_dir)
+    except ConfigError as exc:
+        return _refuse(str(exc), "fix the field and launch again", field=exc.field)
+    os.chmod(os.path.join(run_dir, CONFIG), 0o600)
+    if config.mode == "script" and not os.path.isfile(os.path.join(config.script.dir, config.script.entry)):
+        return _refuse("the script %s is not on this host" % os.path.join(config.script.dir, config.script.entry),
+                       "upload the script directory first", field="script.entry")
+    problem = _torch_problem()
+    if problem:
+        return _refuse(problem["error"], problem["hint"], failure="torch_missing")
+    status = read_status(run_dir)
+    if status is not None:
+        return _refuse("run %s was already launched (state %s)" % (run_dir, status.get("state")),
+                       "use rerun to start it again")
+    pid = start(run_dir)
+    _print({"ok": True, "pid": pid, "run_dir": run_dir})
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .supervisor import reconcile
+
+    status = reconcile(os.path.abspath(args.run_dir))
+    if status is None:
+        return _refuse("no run in %s" % args.run_dir)
+    _print(dict(status, ok=True))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from . import proctree
+    from .config import load_config
+    from .metrics import append_event
+    from .status import CONFIG, FINAL_STATES, write_status
+    from .supervisor import reconcile, supervisor_pid
+
+    run_dir = os.path.abspath(args.run_dir)
+    status = reconcile(run_dir)
+    if status is None:
+        return _refuse("no run in %s" % run_dir)
+    try:
+        grace = load_config(os.path.join(run_dir, CONFIG)).stop_grace_s
+    except Exception:
+        grace = 10.0
+    roots = [p for p in (supervisor_pid(run_dir), status.get("torchrun_pid")) if p]
+    pids = proctree.run_processes(run_dir, roots)
+    if pids:
+        # The supervisor ends its tree and records "stopped"; we wait a little longer than its grace,
+        # then end whatever is still there ourselves.
+        proctree.signal_all(roots[:1], signal.SIGTERM)
+        left = proctree.wait_gone(pids, grace + 3.0)
+        if left:
+            proctree.terminate(proctree.run_processes(run_dir, left), 1.0)
+    status = reconcile(run_dir) or {}
+    if status.get("state") not in FINAL_STATES:
+        append_event(run_dir, "stopped")
+        status = write_status(run_dir, state="stopped", ended_at=time.time(), message="stopped on request", hint="")
+    left = proctree.run_processes(run_dir, roots)
+    _print(dict(status, ok=not left, remaining_pids=left))
+    return 0 if not left else 1
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    from .follow import follow
+
+    return follow(os.path.abspath(args.run_dir), args.offsets, once=args.once)
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    from .supervisor import supervise
+
+    return supervise(os.path.abspath(args.run_dir))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import main
+
+    return main(os.path.abspath(args.run_dir))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="remote_runner", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("probe", help="print what this host has, as JSON, with problems and hints")
+    p.add_argument("--run-root", default=None, help="where runs will live (for the free-disk check)")
+    p.set_defaults(func=cmd_probe)
+    for name, func, text in (("launch", cmd_launch, "start the run described by RUN_DIR/config.json, detached"),
+                             ("status", cmd_status, "print the run's status.json"),
+                             ("stop", cmd_stop, "end every process of the run (SIGTERM, then SIGKILL)")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_dir")
+        p.set_defaults(func=func)
+    p = sub.add_parser("follow", help="stream new spool records from byte offsets until the run ends")
+    p.add_argument("run_dir")
+    p.add_argument("--from", dest="offsets", default=None, help='JSON offsets, e.g. {"metrics.jsonl": 812}')
+    p.add_argument("--once", action="store_true", help="send what is there now and stop")
+    p.set_defaults(func=cmd_follow)
+    for name, func in (("_supervise", cmd_supervise), ("_train", cmd_train)):
+        p = sub.add_parser(name)
+        p.add_argument("run_dir")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

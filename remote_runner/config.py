@@ -1,0 +1,222 @@
+"""The run configuration: one dataclass, validated before anything starts.
+
+The client writes it as ``config.json`` in the run directory; the supervisor and
+every rank read it back with :func:`load_config`.  An unknown key or a value of
+the wrong type is refused with an error that names the field.
+"""
+import dataclasses
+import json
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+SCHEMA_VERSION = 1
+
+WORKLOADS = ("linear", "mlp", "transformer", "cnn")
+MODES = ("train", "inference", "script")
+BACKENDS = ("auto", "nccl", "gloo", "xccl")
+DEVICES = ("auto", "cpu", "cuda", "xpu", "mps")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+INFERENCE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+class ConfigError(ValueError):
+    """A config that must not start: ``field`` names the offending key."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__("config field %r: %s" % (field_name, message))
+        self.field = field_name
+
+
+@dataclass
+class ScriptConfig:
+    """The user's own training script ("script" mode)."""
+
+    dir: str = ""
+    entry: str = "train.py"
+    args: List[str] = field(default_factory=list)
+    metric_regex: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.entry or os.path.isabs(self.entry) or ".." in self.entry.split("/"):
+            raise ConfigError("script.entry", "must be a relative path inside the script directory, got %r" % self.entry)
+        if self.metric_regex is not None:
+            import re
+
+            try:
+                re.compile(self.metric_regex)
+            except re.error as exc:
+                raise ConfigError("script.metric_regex", "not a valid regular expression: %s" % exc)
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs; field names are the JSON keys of config.json."""
+
+    schema: int = SCHEMA_VERSION
+    run_id: str = ""
+    name: str = ""
+    mode: str = "train"
+    workload: str = "mlp"
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: Optional[str] = None
+    backend: str = "auto"
+    device: str = "auto"
+    compile: str = "off"
+    precision: str = "fp32"
+    inference_precisions: List[str] = field(default_factory=lambda: list(INFERENCE_PRECISIONS))
+    batch_size: int = 32
+    grad_accum: int = 1
+    steps: Optional[int] = None
+    epochs: Optional[int] = None
+    minutes: Optional[float] = None
+    dataset_size: int = 8192
+    lr: float = 1e-3
+    optimizer: str = "adamw"
+    seed: int = 0
+    warmup_steps: int = 5
+    grad_checkpointing: bool = False
+    num_workers: int = 0
+    log_every: int = 1
+    telemetry_interval_s: float = 0.5
+    stop_grace_s: float = 10.0
+    rank_failure_timeout_s: float = 60.0
+    script: Optional[ScriptConfig] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    tags: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.schema != SCHEMA_VERSION:
+            raise ConfigError("schema", "this runner reads schema %d, got %r" % (SCHEMA_VERSION, self.schema))
+        _one_of("mode", self.mode, MODES)
+        _one_of("workload", self.workload, WORKLOADS)
+        _one_of("backend", self.backend, BACKENDS)
+        _one_of("device", self.device, DEVICES)
+        _one_of("compile", self.compile, COMPILE_MODES)
+        _one_of("precision", self.precision, PRECISIONS)
+        _one_of("optimizer", self.optimizer, OPTIMIZERS)
+        for p in self.inference_precisions:
+            _one_of("inference_precisions", p, INFERENCE_PRECISIONS)
+        for name in ("nproc_per_node", "nnodes", "batch_size", "grad_accum", "dataset_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, "must be at least 1, got %r" % getattr(self, name))
+        for name in ("warmup_steps", "num_workers", "seed", "node_rank"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, "must not be negative, got %r" % getattr(self, name))
+        if self.node_rank >= self.nnodes:
+            raise ConfigError("node_rank", "must be below nnodes (%d), got %d" % (self.nnodes, self.node_rank))
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError("rdzv_endpoint", "a run on %d nodes needs the rendezvous endpoint host:port" % self.nnodes)
+        for name in ("lr", "telemetry_interval_s", "stop_grace_s", "rank_failure_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, "must be positive, got %r" % getattr(self, name))
+        lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
+        if len(lengths) > 1:
+            raise ConfigError(lengths[1], "give the length as one of steps, epochs or minutes, not %s" % " and ".join(lengths))
+        if not lengths:
+            self.steps = 200
+        for name in ("steps", "epochs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(name, "must be at least 1, got %r" % value)
+        if self.minutes is not None and not self.minutes > 0:
+            raise ConfigError("minutes", "must be positive, got %r" % self.minutes)
+        if self.mode == "script" and self.script is None:
+            raise ConfigError("script", "script mode needs script.dir and script.entry")
+        for key, value in self.env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ConfigError("env", "invalid environment variable %r" % key)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _one_of(name: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(name, "must be one of %s, got %r" % (", ".join(allowed), value))
+
+
+def _check_type(path: str, value: object, annotation: object) -> object:
+    """Check ``value`` against a field annotation; returns the value to store."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check_type(path, value, inner[0])
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, "expected true or false, got %s" % _typename(value))
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, "expected an integer, got %s" % _typename(value))
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, "expected a number, got %s" % _typename(value))
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, "expected a string, got %s" % _typename(value))
+        return value
+    if origin in (list, List):
+        if not isinstance(value, list):
+            raise ConfigError(path, "expected a list, got %s" % _typename(value))
+        return [_check_type("%s[%d]" % (path, i), v, args[0]) for i, v in enumerate(value)]
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise ConfigError(path, "expected an object, got %s" % _typename(value))
+        return {_check_type(path + " key", k, args[0]): _check_type("%s[%r]" % (path, k), v, args[1]) for k, v in value.items()}
+    if dataclasses.is_dataclass(annotation):
+        return _from_dict(annotation, value, path + ".")
+    raise TypeError("unsupported annotation %r" % (annotation,))
+
+
+def _typename(value: object) -> str:
+    return {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _from_dict(cls, data: object, prefix: str = ""):
+    if not isinstance(data, dict):
+        raise ConfigError(prefix.rstrip(".") or "config", "expected an object, got %s" % _typename(data))
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(prefix + str(key), "unknown key (known keys: %s)" % ", ".join(sorted(names)))
+    values = {key: _check_type(prefix + key, value, hints[key]) for key, value in data.items()}
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        if prefix and not exc.field.startswith(prefix):
+            raise ConfigError(prefix + exc.field.split(".")[-1], str(exc).split(": ", 1)[1])
+        raise
+
+
+def config_from_dict(data: object) -> RunConfig:
+    """Build and validate a :class:`RunConfig`; raises :class:`ConfigError`."""
+    return _from_dict(RunConfig, data)
+
+
+def load_config(path: str) -> RunConfig:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("config", "%s is not valid JSON: %s" % (path, exc))
+    return config_from_dict(data)

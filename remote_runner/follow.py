@@ -1,0 +1,119 @@
+"""``follow``: stream new bytes of every spool from given offsets until the run has ended.
+
+Output framing (docs/PROTOCOL.md, "follow"): a JSON header line, then the
+bytes it announces::
+
+    {"spool": "metrics.jsonl", "start": 0, "end": 812, "n": 812}\\n<812 bytes>
+    {"hb": 1764500000.1, "state": "running"}\\n
+    {"end": true, "status": {...}}\\n
+
+Only complete lines are shipped while a run is live; once it has ended, a
+trailing partial line (a crash mid-write) is shipped with a newline added so
+the client can count it as corrupt and move on.
+"""
+import json
+import os
+import sys
+import time
+from typing import BinaryIO, Dict, Optional
+
+from .metrics import SPOOLS
+from .status import FINAL_STATES
+from .supervisor import reconcile
+
+#: Seconds between heartbeats when nothing else is sent (lets the client notice a dead link).
+HEARTBEAT_S = 1.0
+#: Seconds to sleep when a round found nothing new.
+IDLE_SLEEP_S = 0.02
+#: Most bytes sent from one spool in one chunk.
+MAX_CHUNK = 4 << 20
+
+
+class Follower:
+    """Reads the spools of one run dir from byte offsets and writes framed chunks to ``out``."""
+
+    def __init__(self, run_dir: str, offsets: Optional[Dict[str, int]], out: BinaryIO):
+        self.run_dir = run_dir
+        self.offsets = {name: int((offsets or {}).get(name, 0)) for name in SPOOLS}
+        self.out = out
+        self._files: Dict[str, BinaryIO] = {}
+
+    def _read_new(self, name: str, final: bool) -> bool:
+        path = os.path.join(self.run_dir, name)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            return False
+        start = self.offsets[name]
+        if size <= start:
+            return False
+        fh = self._files.get(name)
+        if fh is None:
+            fh = self._files[name] = open(path, "rb")
+        sent = False
+        while start < size:
+            fh.seek(start)
+            data = fh.read(min(size - start, MAX_CHUNK))
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) == MAX_CHUNK:
+                cut = len(data)  # one line longer than a chunk: ship it in pieces
+            if cut == 0:
+                if not final:
+                    break
+                end = start + len(data)
+                data += b"\n"
+            else:
+                data = data[:cut]
+                end = start + cut
+            self._send(name, start, end, data)
+            start = self.offsets[name] = end
+            sent = True
+        return sent
+
+    def _send(self, name: str, start: int, end: int, data: bytes) -> None:
+        header = json.dumps({"spool": name, "start": start, "end": end, "n": len(data)}, separators=(",", ":"))
+        self.out.write(header.encode() + b"\n" + data)
+
+    def _line(self, obj: dict) -> None:
+        self.out.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+        self.out.flush()
+
+    def round(self, final: bool = False) -> bool:
+        """Ship everything new once; returns whether anything was sent."""
+        sent = False
+        for name in SPOOLS:
+            sent = self._read_new(name, final) or sent
+        if sent:
+            self.out.flush()
+        return sent
+
+    def run(self, once: bool = False, heartbeat_s: float = HEARTBEAT_S) -> int:
+        last_beat = time.monotonic()
+        try:
+            while True:
+                status = reconcile(self.run_dir) or {"state": "created"}
+                ended = status.get("state") in FINAL_STATES
+                sent = self.round(final=ended)
+                if ended or once:
+                    # The spools are complete once the supervisor recorded the outcome: drain and stop.
+                    while self.round(final=ended):
+                        pass
+                    self._line({"end": ended, "status": status, "offsets": self.offsets})
+                    return 0
+                now = time.monotonic()
+                if now - last_beat >= heartbeat_s:
+                    self._line({"hb": time.time(), "state": status.get("state")})
+                    last_beat = now
+                if not sent:
+                    time.sleep(IDLE_SLEEP_S)
+        except BrokenPipeError:
+            return 0  # the client went away; the run goes on
+        finally:
+            for fh in self._files.values():
+                fh.close()
+
+
+def follow(run_dir: str, offsets_json: Optional[str], once: bool = False) -> int:
+    offsets = json.loads(offsets_json) if offsets_json else {}
+    out = sys.stdout.buffer
+    return Follower(run_dir, offsets, out).run(once=once)

@@ -1,0 +1,128 @@
+"""The run's process tree: find every process of a run and end them all.
+
+torchrun starts each worker in a session of its own, so a signal to the
+supervisor's process group does not reach the ranks; we walk parent links
+instead, and also read the pid files the ranks write, which still find a rank
+whose parents have died.
+"""
+import os
+import signal
+import subprocess
+import time
+from typing import Dict, Iterable, List, Set
+
+PIDS_DIR = "pids"
+
+
+def _parent_map() -> Dict[int, int]:
+    """pid -> parent pid for every process on the host."""
+    parents = {}
+    if os.path.isdir("/proc/self"):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % entry, "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != b"Z":
+                parents[int(entry)] = int(fields[1])
+        return parents
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and not parts[2].startswith("Z"):
+            parents[int(parts[0])] = int(parts[1])
+    return parents
+
+
+def descendants(roots: Iterable[int]) -> List[int]:
+    """Every live process below ``roots`` (the roots themselves included when alive)."""
+    parents = _parent_map()
+    children: Dict[int, List[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    found: Set[int] = set()
+    stack = [pid for pid in roots if pid in parents]
+    while stack:
+        pid = stack.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        stack.extend(children.get(pid, ()))
+    return sorted(found)
+
+
+def rank_pids(run_dir: str) -> List[int]:
+    """The pids the ranks recorded in ``run_dir/pids`` (live or not)."""
+    pids = []
+    try:
+        names = os.listdir(os.path.join(run_dir, PIDS_DIR))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(run_dir, PIDS_DIR, name)) as fh:
+                pids.append(int(fh.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def run_processes(run_dir: str, roots: Iterable[int]) -> List[int]:
+    """Every live process of the run: below ``roots`` and below the ranks' recorded pids.
+
+    A recorded rank pid counts only while its command line still names the run
+    directory, so a recycled pid is never touched.
+    """
+    ranks = [pid for pid in rank_pids(run_dir) if _cmdline_mentions(pid, run_dir)]
+    return descendants(list(roots) + ranks)
+
+
+def _cmdline_mentions(pid: int, text: str) -> bool:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return text.encode() in fh.read()
+    except OSError:
+        return not os.path.isdir("/proc/self") and _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def wait_gone(pids: Iterable[int], timeout_s: float) -> List[int]:
+    """Wait until none of ``pids`` is alive; returns those still alive at the deadline."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = set(descendants(pids)) & set(pids)
+        if not alive or time.monotonic() >= deadline:
+            return sorted(alive)
+        time.sleep(0.05)
+
+
+def terminate(pids: Iterable[int], grace_s: float) -> List[int]:
+    """SIGTERM, then SIGKILL whatever is left after ``grace_s``; returns the pids that needed SIGKILL."""
+    pids = list(pids)
+    signal_all(pids, signal.SIGTERM)
+    left = wait_gone(pids, grace_s)
+    if left:
+        signal_all(left, signal.SIGKILL)
+        wait_gone(left, 5.0)
+    return left

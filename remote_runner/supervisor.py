@@ -1,0 +1,275 @@
+"""The detached supervisor of one run: torchrun, the telemetry sampler and status.json.
+
+``launch`` starts it in a session of its own (so it outlives the connection
+that started it) and returns at once.  The supervisor picks a free rendezvous
+port, runs torchrun, samples telemetry, and records the outcome with a message
+and a hint.  SIGTERM (from ``stop``) ends the whole process tree.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import List, Optional
+
+from . import proctree
+from .config import RunConfig, load_config
+from .metrics import METRICS, STDERR, STDOUT, append_event
+from .status import CONFIG, FINAL_STATES, read_status, write_status
+
+#: How many times a run whose rendezvous port was taken between our check and
+#: torchrun's bind is retried on a new port.
+PORT_RETRIES = 3
+#: Written by ``launch`` as soon as the supervisor exists (status.json gets the pid a moment later).
+SUPERVISOR_PID = "supervisor.pid"
+
+
+def supervisor_pid(run_dir: str) -> Optional[int]:
+    """The supervisor's pid, from status.json or from the file ``launch`` wrote."""
+    status = read_status(run_dir) or {}
+    if status.get("pid"):
+        return int(status["pid"])
+    try:
+        with open(os.path.join(run_dir, SUPERVISOR_PID)) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def self_command() -> List[str]:
+    """The argv prefix that runs this runner again, from the zipapp or from the package."""
+    main = sys.modules.get("__main__")
+    archive = getattr(main, "__file__", "") or ""
+    pyz = os.path.dirname(archive)
+    if pyz.endswith(".pyz") and os.path.isfile(pyz):
+        return [sys.executable, pyz]
+    return [sys.executable, "-m", "remote_runner"]
+
+
+def runner_env() -> dict:
+    """The environment for child processes: unbuffered output, this runner importable."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not package_parent.endswith(".pyz"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port that nothing listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def start(run_dir: str) -> int:
+    """Start the supervisor for ``run_dir`` detached from the caller; returns its pid."""
+    # Written before the supervisor exists: it then only adds to it, so no update is lost.
+    write_status(run_dir, state="starting", started_at=time.time())
+    log = open(os.path.join(run_dir, "supervisor.log"), "ab")
+    try:
+        proc = subprocess.Popen(self_command() + ["_supervise", run_dir], cwd=run_dir, env=runner_env(),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    finally:
+        log.close()
+    with open(os.path.join(run_dir, SUPERVISOR_PID), "w") as fh:
+        fh.write(str(proc.pid))
+    return proc.pid
+
+
+class Supervisor:
+    """Runs inside the detached process; :meth:`run` returns the exit status of the run."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.config: RunConfig = load_config(os.path.join(run_dir, CONFIG))
+        self.proc: Optional[subprocess.Popen] = None
+        self.stopping = threading.Event()
+
+    def torchrun_argv(self, port: int) -> List[str]:
+        cfg = self.config
+        endpoint = cfg.rdzv_endpoint or "127.0.0.1:%d" % port
+        argv = [sys.executable, "-m", "torch.distributed.run",
+                "--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
+                "--nproc-per-node", str(cfg.nproc_per_node),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", cfg.run_id or "ddpgui",
+                "--max-restarts", "0", "--monitor-interval", "0.5"]
+        if cfg.mode == "script":
+            script = cfg.script
+            return argv + [os.path.join(script.dir, script.entry)] + list(script.args)
+        return argv + self_command()[1:] + ["_train", self.run_dir]
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, self._on_sigterm)
+        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), host=socket.gethostname())
+        append_event(self.run_dir, "started", pid=os.getpid(), world_size=self.config.world_size,
+                     nnodes=self.config.nnodes, node_rank=self.config.node_rank)
+        sampler = self._start_telemetry()
+        try:
+            rc = self._run_torchrun()
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            leftovers = proctree.run_processes(self.run_dir, [])
+            leftovers = [p for p in proctree.descendants([os.getpid()]) if p != os.getpid()] + leftovers
+            if leftovers:
+                proctree.terminate(leftovers, 2.0)
+        self._record_outcome(rc)
+        return 0 if rc == 0 else 1
+
+    def _start_telemetry(self):
+        try:
+            from .telemetry import TelemetrySampler
+        except ImportError:
+            return None
+        me = os.getpid()
+        sampler = TelemetrySampler(self.run_dir, self.config.telemetry_interval_s,
+                                   lambda: proctree.descendants([me]))
+        sampler.start()
+        return sampler
+
+    def _run_torchrun(self) -> Optional[int]:
+        rc = None
+        for attempt in range(PORT_RETRIES + 1):
+            if self.stopping.is_set():
+                return rc
+            port = free_port()
+            rc = self._run_once(port)
+            if rc == 0 or self.stopping.is_set() or self.config.rdzv_endpoint or not self._port_clash():
+                return rc
+            append_event(self.run_dir, "retry", reason="rendezvous port %d was taken" % port, attempt=attempt + 1)
+        return rc
+
+    def _port_clash(self) -> bool:
+        """Whether the failed attempt died on a taken port before any training record."""
+        if os.path.exists(os.path.join(self.run_dir, METRICS)) and os.path.getsize(os.path.join(self.run_dir, METRICS)):
+            return False
+        from .failures import diagnose
+
+        return diagnose(self.run_dir, 1).kind == "addr_in_use"
+
+    def _run_once(self, port: int) -> Optional[int]:
+        cfg = self.config
+        env = runner_env()
+        env.update(cfg.env)
+        cwd = cfg.script.dir if cfg.mode == "script" else self.run_dir
+        out = open(os.path.join(self.run_dir, STDOUT), "ab")
+        err = open(os.path.join(self.run_dir, STDERR), "ab")
+        script_mode = cfg.mode == "script"
+        try:
+            self.proc = subprocess.Popen(self.torchrun_argv(port), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE if script_mode else out, stderr=err)
+        except OSError as exc:
+            err.write(("could not start torchrun: %s\n" % exc).encode())
+            out.close()
+            err.close()
+            return 127
+        write_status(self.run_dir, state="running", torchrun_pid=self.proc.pid, rdzv_port=port)
+        if self.stopping.is_set():  # SIGTERM arrived while torchrun was being started
+            self._stop_tree()
+        reader = None
+        if script_mode:
+            reader = threading.Thread(target=self._pump_script_output, args=(self.proc.stdout, out), daemon=True)
+            reader.start()
+        rc = self._wait_with_watchdog()
+        if reader is not None:
+            reader.join(timeout=5.0)
+        out.close()
+        err.close()
+        return rc
+
+    def _wait_with_watchdog(self) -> int:
+        """Wait for torchrun; a rank that failed while torchrun lingers ends the run within the bound."""
+        failed_since = None
+        while True:
+            try:
+                return self.proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+            if failed_since is None and any(n.startswith("error-rank") for n in os.listdir(self.run_dir)):
+                failed_since = time.monotonic()
+            if failed_since is not None and time.monotonic() - failed_since > self.config.rank_failure_timeout_s:
+                append_event(self.run_dir, "warning", message="a rank failed and the others did not exit within "
+                             "%.0f s; ending the run" % self.config.rank_failure_timeout_s)
+                proctree.terminate(proctree.run_processes(self.run_dir, [self.proc.pid]), 2.0)
+                return self.proc.wait()
+
+    def _pump_script_output(self, pipe, log) -> None:
+        """Copy the user's script output to stdout.log and turn metric lines into records."""
+        from .scriptmode import ScriptMetrics
+
+        metrics = ScriptMetrics(os.path.join(self.run_dir, METRICS), self.config.script.metric_regex,
+                                world_size=self.config.world_size)
+        try:
+            for line in iter(pipe.readline, b""):
+                log.write(line)
+                log.flush()
+                metrics.feed(line.decode("utf-8", "replace"))
+        finally:
+            metrics.close()
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        threading.Thread(target=self._stop_tree, daemon=True).start()
+
+    def _stop_tree(self) -> None:
+        if self.proc is not None:
+            pids = proctree.run_processes(self.run_dir, [self.proc.pid])
+            proctree.terminate(pids, self.config.stop_grace_s)
+
+    def _record_outcome(self, rc: Optional[int]) -> None:
+        from .failures import diagnose
+
+        # The event goes first: a follower stops reading once status.json is final.
+        now = time.time()
+        if self.stopping.is_set():
+            append_event(self.run_dir, "stopped", exit_code=rc)
+            write_status(self.run_dir, state="stopped", exit_code=rc, ended_at=now,
+                         message="stopped on request", hint="")
+        elif rc == 0:
+            append_event(self.run_dir, "finished", exit_code=0)
+            write_status(self.run_dir, state="finished", exit_code=0, ended_at=now, message="", hint="")
+        else:
+            diagnosis = diagnose(self.run_dir, rc)
+            append_event(self.run_dir, "failed", exit_code=rc, failure=diagnosis.kind, message=diagnosis.message,
+                         hint=diagnosis.hint, rank=diagnosis.rank)
+            write_status(self.run_dir, state="failed", exit_code=rc, ended_at=now, failure=diagnosis.kind,
+                         message=diagnosis.message, hint=diagnosis.hint, failed_rank=diagnosis.rank)
+
+
+def supervise(run_dir: str) -> int:
+    """Entry of the detached process (``runner _supervise RUN_DIR``)."""
+    try:
+        supervisor = Supervisor(run_dir)
+    except Exception as exc:  # a config that changed under us, a torch that vanished: still record why
+        append_event(run_dir, "failed", message=str(exc))
+        write_status(run_dir, state="failed", ended_at=time.time(), message=str(exc),
+                     hint="check the run's config.json and the host's Python environment")
+        return 1
+    return supervisor.run()
+
+
+def reconcile(run_dir: str) -> Optional[dict]:
+    """The run's status, corrected when its supervisor died without recording an outcome."""
+    from .status import pid_alive
+
+    status = read_status(run_dir)
+    if status is None or status.get("state") in FINAL_STATES:
+        return status
+    if pid_alive(supervisor_pid(run_dir)):
+        return status
+    # Re-read: the supervisor may have finished between our two looks.
+    status = read_status(run_dir)
+    if status.get("state") in FINAL_STATES:
+        return status
+    message = "the run's supervisor is gone without recording an outcome (host rebooted, or the process was killed)"
+    append_event(run_dir, "failed", message=message)
+    return write_status(run_dir, state="failed", ended_at=time.time(), failure="supervisor_lost", message=message,
+                        hint="look at stderr.log and supervisor.log in the run directory; rerun the experiment")
+
