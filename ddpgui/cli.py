@@ -9,28 +9,50 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
+import threading
+from pathlib import Path
 
 from remote_runner.config import (BACKENDS, COMPILE_MODES, INFERENCE_PRECISIONS, OPTIMIZERS, PRECISIONS, WORKLOADS,
                                   ConfigError)
 
+from .cli_hosts import add_host_commands, open_cli_target
+from .core.hosts import HostError, HostNotFound, HostStore
 from .core.live import LiveRun, format_duration, format_rate, progress_line
-from .core.protocol import Chunk, End, parse_records
-from .core.runs import make_config, start_run
-from .core.targets.base import ConnectionLost, Target, TargetError
+from .core.manager import RunManager, RunUpdate
+from .core.runs import make_config
+from .core.store import RunRecord, RunStore, StoreError
+from .core.targets.base import TargetError
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 _STATE_EXIT = {"finished": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_STOPPED}
 
 
-def _open_target(name: str, args: argparse.Namespace) -> Target:
-    from .core.targets.local import LOCAL_NAME, LocalTarget
+def _manager(args: argparse.Namespace) -> RunManager:
+    """The run manager over the app's store and host profiles, asking on the terminal when it must."""
+    hosts = HostStore()
+    return RunManager(RunStore(), hosts, lambda name: open_cli_target(name, args, hosts))
 
-    if name == LOCAL_NAME:
-        return LocalTarget()
-    from .cli_hosts import open_cli_target
 
-    return open_cli_target(name, args)
+def _find_run(store: RunStore, text: str) -> RunRecord:
+    """A run by id, unique id prefix or unique name."""
+    try:
+        return store.get_run(text)
+    except KeyError:
+        pass
+    runs = store.list_runs()
+    matches = [r for r in runs if r.id.startswith(text)] or [r for r in runs if r.name == text]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CLIError(f"no run {text!r}", "list runs with: ddpgui runs")
+    raise CLIError(f"{text!r} matches {len(matches)} runs: " + ", ".join(r.id for r in matches[:5]),
+                   "give more of the run id")
+
+
+class CLIError(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -60,28 +82,135 @@ def _env_pair(text: str) -> tuple[str, str]:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    cfg = make_config(_settings(args))
+    manager = _manager(args)
     try:
-        cfg = make_config(_settings(args))
-    except ConfigError as exc:
-        print(f"ddpgui: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    try:
-        with _open_target(args.host, args) as target:
-            if cfg.mode == "script":
-                from .core.uploads import upload_script_dir
+        record = manager.launch(args.host, cfg, progress=_upload_progress, follow=args.follow)
+        print(f"launched {record.name!r} on {args.host} as {record.id} ({record.run_dirs[0]})", file=sys.stderr)
+        if not args.follow:
+            print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0]}))
+            return EXIT_OK
+        return follow_live(manager, record.id)
+    finally:
+        manager.close()
 
-                remote_dir = upload_script_dir(target, cfg.script.dir, progress=_upload_progress)
-                cfg.script.dir = remote_dir
-            result = start_run(target, cfg, progress=_upload_progress)
-            print(f"launched {cfg.name!r} on {target.name} as {cfg.run_id} (pid {result.pid}, dir {result.run_dir})",
-                  file=sys.stderr)
-            if not args.follow:
-                print(json.dumps({"run_id": cfg.run_id, "run_dir": result.run_dir, "pid": result.pid}))
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    manager = _manager(args)
+    try:
+        record = _find_run(manager.store, args.run)
+        if record.active:
+            manager.follow(record.id)
+        return follow_live(manager, record.id)
+    finally:
+        manager.close()
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with RunStore() as store:
+        runs = store.list_runs(state=args.state, host=args.host, tag=args.tag, text=args.text)
+    if args.json:
+        print(json.dumps([_run_json(r) for r in runs], indent=1))
+        return EXIT_OK
+    if not runs:
+        print("no runs yet: ddpgui launch local --workload mlp --nproc 2 --follow")
+        return EXIT_OK
+    print(f"{'id':<22} {'name':<32} {'host':<12} {'state':<9} {'step':>11} {'samples/s':>10}")
+    for r in runs:
+        step = f"{r.last_step or 0}/{r.total_steps}" if r.total_steps else str(r.last_step or 0)
+        rate = r.summary.get("steady_samples_per_s")
+        print(f"{r.id:<22} {r.name[:32]:<32} {r.host[:12]:<12} {r.state:<9} {step:>11} "
+              f"{format_rate(rate, '') if rate else '-':>10}")
+    return EXIT_OK
+
+
+def _run_json(r: RunRecord) -> dict:
+    return {k: v for k, v in r.__dict__.items()}
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with RunStore() as store:
+        record = _find_run(store, args.run)
+        if args.json:
+            print(json.dumps(_run_json(record), indent=1))
+            return EXIT_OK
+        cfg = record.config
+        print(f"{record.name}  ({record.id})")
+        print(f"  host        {', '.join(record.hosts)}   dir {record.run_dirs.get(0, '-')}")
+        print(f"  state       {record.state}" + (f"  — {record.message}" if record.message else ""))
+        if record.hint:
+            print(f"  hint        {record.hint}")
+        print(f"  settings    {cfg.get('workload')} x{cfg.get('nproc_per_node')} {cfg.get('precision')} "
+              f"compile={cfg.get('compile')} batch={cfg.get('batch_size')}")
+        print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
+        for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
+            if record.summary.get(key) is not None:
+                print(f"  {key:<22}{record.summary[key]:.4g}")
+        env = record.environment
+        if env:
+            print(f"  environment {env.get('hostname')}: torch {env.get('torch')}, CUDA {env.get('cuda')}, "
+                  f"GPU {env.get('gpu') or 'none'}")
+        if record.corrupt_lines:
+            print(f"  skipped     {record.corrupt_lines} corrupt spool line(s)")
+    return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    manager = _manager(args)
+    try:
+        record = _find_run(manager.store, args.run)
+        if not record.active:
+            print(f"run {record.id} is already {record.state}")
+            return EXIT_OK
+        manager.stop(record.id)
+        record = manager.wait(record.id, timeout=60)
+        print(f"run {record.id} {record.state}")
+        return EXIT_OK
+    finally:
+        manager.close()
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    manager = _manager(args)
+    try:
+        record = _find_run(manager.store, args.run)
+        where = "" if args.keep_remote else f" and its directory {record.run_dirs.get(0, '')} on {record.host}"
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CLIError(f"deleting run {record.id} needs confirmation", "pass --yes to delete without asking")
+            if input(f"Delete run {record.name!r} ({record.id}){where}? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("nothing deleted")
                 return EXIT_OK
-            return follow_and_print(target, result.run_dir, LiveRun(total_steps=cfg.steps, total_minutes=cfg.minutes))
-    except TargetError as exc:
-        print(f"ddpgui: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        manager.delete(record.id, remote=not args.keep_remote)
+        print(f"deleted run {record.id}{where}")
+        return EXIT_OK
+    finally:
+        manager.close()
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    manager = _manager(args)
+    try:
+        old = _find_run(manager.store, args.run)
+        record = manager.rerun(old.id, progress=_upload_progress)
+        print(f"launched {record.name!r} again as {record.id}", file=sys.stderr)
+        if not args.follow:
+            print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0]}))
+            return EXIT_OK
+        return follow_live(manager, record.id)
+    finally:
+        manager.close()
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .core.export import export_csv
+
+    with RunStore() as store:
+        runs = [_find_run(store, text) for text in args.runs]
+        paths = export_csv(store, [r.id for r in runs], Path(args.out))
+    for path in paths:
+        print(path)
+    return EXIT_OK
 
 
 def _upload_progress(done: int, total: int, files_done: int, files_total: int) -> None:
@@ -90,45 +219,50 @@ def _upload_progress(done: int, total: int, files_done: int, files_total: int) -
               end="" if done < total else "\n", file=sys.stderr)
 
 
-def follow_and_print(target: Target, run_dir: str, live: LiveRun, line_interval_s: float = 0.5) -> int:
-    """Follow a run to its end, printing a live line at most every ``line_interval_s``; returns the exit code."""
-    offsets: dict[str, int] = {}
+def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) -> int:
+    """Print a live line (at most every ``line_interval_s``) until the run has ended; returns the exit code."""
+    record = manager.store.get_run(run_id)
+    live = LiveRun(total_steps=record.total_steps, total_minutes=record.config.get("minutes"))
+    lock = threading.Lock()
+    for spool in ("events.jsonl",):
+        for rec in manager.store.records(run_id, spool):
+            live.add(spool, rec)
+
+    def on_update(update: RunUpdate) -> None:
+        if update.run_id != run_id:
+            if update.connection == "lost":
+                print(f"\nconnection to {update.host} lost; reconnecting", file=sys.stderr)
+            return
+        with lock:
+            for spool, records in update.records.items():
+                for rec in records:
+                    live.add(spool, rec)
+                    _print_event(spool, rec)
+
+    unsubscribe = manager.subscribe(on_update)
     tty = sys.stdout.isatty()
-    last_print = 0.0
-    status: dict = {}
-    retries = 0
+    last_step = -1
     try:
         while True:
             try:
-                for message in target.follow(run_dir, offsets):
-                    retries = 0
-                    if isinstance(message, Chunk):
-                        offsets[message.spool] = message.end
-                        if message.spool.endswith(".jsonl"):
-                            records, _bad = parse_records(message.data)
-                            for rec in records:
-                                live.add(message.spool, rec)
-                                _print_event(message.spool, rec)
-                    elif isinstance(message, End):
-                        status = message.status
-                    now = time.monotonic()
-                    if now - last_print >= line_interval_s and live.step:
-                        print(("\r" if tty else "") + progress_line(live), end="" if tty else "\n", flush=True)
-                        last_print = now
+                record = manager.wait(run_id, timeout=line_interval_s)
                 break
-            except ConnectionLost as exc:
-                retries += 1
-                if retries > 5:
-                    raise
-                print(f"\n{exc}; reconnecting ({retries}/5)", file=sys.stderr)
-                time.sleep(min(2 ** retries, 15))
+            except TimeoutError:
+                pass
+            with lock:
+                if live.step != last_step and live.step:
+                    print(("\r" if tty else "") + progress_line(live), end="" if tty else "\n", flush=True)
+                    last_step = live.step
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the run goes on on {target.name} ({run_dir})", file=sys.stderr)
+        print(f"\ninterrupted; the run goes on on its host (ddpgui follow {run_id})", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        unsubscribe()
     if tty:
         print()
-    _print_summary(live, status)
-    return _STATE_EXIT.get(status.get("state"), EXIT_FAILED)
+    with lock:
+        _print_summary(live, record)
+    return _STATE_EXIT.get(record.state, EXIT_FAILED)
 
 
 def _print_event(spool: str, rec: dict) -> None:
@@ -145,8 +279,8 @@ def _print_event(spool: str, rec: dict) -> None:
         print(f"  {rec.get('precision')}: {rec.get('reason')}", file=sys.stderr)
 
 
-def _print_summary(live: LiveRun, status: dict) -> None:
-    state = status.get("state", "unknown")
+def _print_summary(live: LiveRun, record: RunRecord) -> None:
+    state = record.state
     print(f"run {state} after {format_duration(live.elapsed_s)}: {live.step} steps")
     if live.loss is not None:
         print(f"  final loss          {live.loss:.4f}")
@@ -165,9 +299,9 @@ def _print_summary(live: LiveRun, status: dict) -> None:
         else:
             print(f"  inference {rec.get('precision'):5} {rec.get('reason')}")
     if state == "failed":
-        print(f"  error: {status.get('message')}")
-        if status.get("hint"):
-            print(f"  hint:  {status.get('hint')}")
+        print(f"  error: {record.message}")
+        if record.hint:
+            print(f"  hint:  {record.hint}")
 
 
 def add_launch_command(sub: argparse._SubParsersAction) -> None:
@@ -207,22 +341,62 @@ def add_launch_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_launch)
 
 
+def _add_run_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("runs", help="list runs (newest first)")
+    p.add_argument("text", nargs="?", default=None, help="filter by text in name, id or host")
+    p.add_argument("--state", default=None)
+    p.add_argument("--host", default=None)
+    p.add_argument("--tag", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+    p = sub.add_parser("show", help="a run's settings, state and results")
+    p.add_argument("run", help="run id, id prefix or name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+    for name, func, text in (("follow", cmd_follow, "follow a run live until it ends (reattaches after a restart)"),
+                             ("stop", cmd_stop, "stop a run: every process of it on its host")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run")
+        p.add_argument("--accept-new-host-key", action="store_true")
+        p.set_defaults(func=func)
+    p = sub.add_parser("delete", help="delete a run from the store and its directory on the host")
+    p.add_argument("run")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--keep-remote", action="store_true", help="keep the run directory on the host")
+    p.add_argument("--accept-new-host-key", action="store_true")
+    p.set_defaults(func=cmd_delete)
+    p = sub.add_parser("rerun", help="launch a run again with the same settings")
+    p.add_argument("run")
+    p.add_argument("--follow", action="store_true")
+    p.add_argument("--accept-new-host-key", action="store_true")
+    p.set_defaults(func=cmd_rerun)
+    p = sub.add_parser("export", help="export runs' points as tidy CSV")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--format", choices=("csv",), default="csv")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddpgui", description="Launch, watch and compare PyTorch DDP experiments.")
     from . import __version__
 
+    parser = argparse.ArgumentParser(prog="ddpgui", description="Launch, watch and compare PyTorch DDP experiments.")
     parser.add_argument("--version", action="version", version=f"ddpgui {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_launch_command(sub)
-    try:
-        from .cli_hosts import add_host_commands
-    except ImportError:
-        pass
-    else:
-        add_host_commands(sub)
+    _add_run_commands(sub)
+    add_host_commands(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ConfigError, CLIError, TargetError, HostError, HostNotFound, StoreError) as exc:
+        text = exc.args[0] if exc.args else str(exc)
+        print(f"ddpgui: {text}", file=sys.stderr)
+        hint = getattr(exc, "hint", "")
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
+        return EXIT_REFUSED if isinstance(exc, (ConfigError, CLIError, HostError, HostNotFound)) else EXIT_FAILED

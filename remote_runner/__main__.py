@@ -12,8 +12,7 @@ import sys
 import time
 from typing import List, Optional
 
-#: The oldest torch the runner supports.
-MIN_TORCH = (2, 1)
+from .capabilities import MIN_TORCH
 
 
 def _print(obj: dict) -> None:
@@ -110,15 +109,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
         grace = load_config(os.path.join(run_dir, CONFIG)).stop_grace_s
     except Exception:
         grace = 10.0
-    roots = [p for p in (supervisor_pid(run_dir), status.get("torchrun_pid")) if p]
+    supervisor = supervisor_pid(run_dir)
+    roots = [p for p in (supervisor, status.get("torchrun_pid")) if p]
     pids = proctree.run_processes(run_dir, roots)
-    if pids:
+    if supervisor in pids:
         # The supervisor ends its tree and records "stopped"; we wait a little longer than its grace,
         # then end whatever is still there ourselves.
-        proctree.signal_all(roots[:1], signal.SIGTERM)
-        left = proctree.wait_gone(pids, grace + 3.0)
-        if left:
-            proctree.terminate(proctree.run_processes(run_dir, left), 1.0)
+        proctree.signal_all([supervisor], signal.SIGTERM)
+        pids = proctree.wait_gone(pids, grace + 3.0)
+    if pids:
+        proctree.terminate(proctree.run_processes(run_dir, pids), grace)
     status = reconcile(run_dir) or {}
     if status.get("state") not in FINAL_STATES:
         append_event(run_dir, "stopped")

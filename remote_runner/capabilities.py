@@ -7,40 +7,41 @@ output from real GPUs.
 """
 from typing import Optional, Tuple
 
-#: Dense (no sparsity) peak TFLOP/s per GPU for bf16/fp16 tensor-core math and
-#: tf32/fp32, from the vendors' data sheets.  Matched by substring of the CUDA
-#: device name, most specific first.  Unknown GPUs give None (MFU is then null).
+#: The oldest torch the runner supports.
+MIN_TORCH = (2, 1)
+
+#: Dense (no sparsity) peak TFLOP/s per GPU from the vendors' data sheets: bf16 and fp16
+#: tensor-core math, tf32, and plain fp32.  None where the GPU has no such mode (no bf16
+#: before Ampere).  Matched by substring of the CUDA device name, most specific first.
+#: Unknown GPUs give None (MFU is then null).
 PEAK_TFLOPS = (
-    # name substring, bf16/fp16 dense, tf32 dense, fp32 (no tensor cores)
-    ("H200", 989.0, 494.0, 67.0),
-    ("H100 PCIe", 756.0, 378.0, 51.0),
-    ("H100", 989.0, 494.0, 67.0),
-    ("GH200", 989.0, 494.0, 67.0),
-    ("B200", 2250.0, 1100.0, 80.0),
-    ("A100", 312.0, 156.0, 19.5),
-    ("A10G", 70.0, 35.0, 31.2),
-    ("A10", 125.0, 62.5, 31.2),
-    ("L40S", 362.0, 183.0, 91.6),
-    ("L4", 121.0, 60.0, 30.3),
-    ("RTX 4090", 165.2, 82.6, 82.6),
-    ("RTX 3090", 71.0, 35.6, 35.6),
-    ("RTX A6000", 154.8, 77.4, 38.7),
-    ("V100", 125.0, None, 15.7),
-    ("T4", 65.0, None, 8.1),
+    # name substring, bf16, fp16, tf32, fp32
+    ("H200", 989.0, 989.0, 494.0, 67.0),
+    ("H100 PCIe", 756.0, 756.0, 378.0, 51.0),
+    ("H100", 989.0, 989.0, 494.0, 67.0),
+    ("GH200", 989.0, 989.0, 494.0, 67.0),
+    ("B200", 2250.0, 2250.0, 1100.0, 80.0),
+    ("A100", 312.0, 312.0, 156.0, 19.5),
+    ("A10G", 70.0, 70.0, 35.0, 31.2),
+    ("A10", 125.0, 125.0, 62.5, 31.2),
+    ("L40S", 362.0, 362.0, 183.0, 91.6),
+    ("L4", 121.0, 121.0, 60.0, 30.3),
+    ("RTX 4090", 165.2, 165.2, 82.6, 82.6),
+    ("RTX 3090", 71.0, 71.0, 35.6, 35.6),
+    ("RTX A6000", 154.8, 154.8, 77.4, 38.7),
+    ("V100", None, 125.0, None, 15.7),
+    ("T4", None, 65.0, None, 8.1),
 )
 
 
 def peak_tflops(gpu_name: Optional[str], precision: str) -> Optional[float]:
-    """The GPU's peak TFLOP/s for ``precision``, or None when it is not in the table."""
+    """The GPU's peak TFLOP/s for ``precision``, or None when unknown or the GPU has no such mode."""
     if not gpu_name:
         return None
-    for key, half, tf32, fp32 in PEAK_TFLOPS:
-        if key in gpu_name:
-            if precision in ("bf16", "fp16"):
-                return half
-            if precision == "tf32":
-                return tf32
-            return fp32
+    column = {"bf16": 1, "fp16": 2, "tf32": 3}.get(precision, 4)
+    for row in PEAK_TFLOPS:
+        if row[0] in gpu_name:
+            return row[column]
     return None
 
 

@@ -53,13 +53,7 @@ class SpoolWriter:
     def write(self, record: dict) -> int:
         """Append one record (``seq`` and ``t`` are added); returns its seq."""
         seq = self._seq
-        record = dict(record, seq=seq, t=round(time.time(), 6))
-        try:
-            line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
-        except ValueError:  # a NaN or infinite value (a diverged loss): JSON null
-            record = {k: clean_number(v) if isinstance(v, float) else v for k, v in record.items()}
-            line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
-        os.write(self._fd, line.encode("utf-8") + b"\n")
+        os.write(self._fd, _encode(dict(record, seq=seq, t=round(time.time(), 6))))
         self._seq = seq + 1
         return seq
 
@@ -73,6 +67,16 @@ class SpoolWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _encode(record: dict) -> bytes:
+    """One JSONL line; NaN and infinities (a diverged loss) become null."""
+    try:
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    except ValueError:
+        record = {k: clean_number(v) if isinstance(v, float) else v for k, v in record.items()}
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    return line.encode("utf-8") + b"\n"
 
 
 def _jsonable(value: object) -> object:
@@ -91,6 +95,18 @@ def clean_number(value: Optional[float]) -> Optional[float]:
 
 
 def append_event(run_dir: str, event: str, **fields: object) -> None:
-    """Append one record to the run's events spool (short-lived writers: supervisor, stop)."""
-    with SpoolWriter(os.path.join(run_dir, EVENTS)) as writer:
-        writer.write(dict(fields, event=event))
+    """Append one record to the run's events spool.
+
+    Rank 0 and the supervisor both append events; an exclusive lock on the file
+    makes reading the last ``seq`` and writing the next one a single step.
+    """
+    import fcntl
+
+    path = os.path.join(run_dir, EVENTS)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        record = dict(fields, event=event, seq=last_seq(path) + 1, t=round(time.time(), 6))
+        os.write(fd, _encode(record))
+    finally:
+        os.close(fd)  # closing releases the lock

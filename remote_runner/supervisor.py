@@ -16,6 +16,7 @@ from typing import List, Optional
 
 from . import proctree
 from .config import RunConfig, load_config
+from .failures import ATTEMPT_MARKER, diagnose
 from .metrics import METRICS, STDERR, STDOUT, append_event
 from .status import CONFIG, FINAL_STATES, read_status, write_status
 
@@ -148,8 +149,6 @@ class Supervisor:
         """Whether the failed attempt died on a taken port before any training record."""
         if os.path.exists(os.path.join(self.run_dir, METRICS)) and os.path.getsize(os.path.join(self.run_dir, METRICS)):
             return False
-        from .failures import diagnose
-
         return diagnose(self.run_dir, 1).kind == "addr_in_use"
 
     def _run_once(self, port: int) -> Optional[int]:
@@ -159,6 +158,10 @@ class Supervisor:
         cwd = cfg.script.dir if cfg.mode == "script" else self.run_dir
         out = open(os.path.join(self.run_dir, STDOUT), "ab")
         err = open(os.path.join(self.run_dir, STDERR), "ab")
+        # The diagnosis reads stderr after the last marker only, so an earlier attempt's port clash
+        # is not mistaken for this attempt's failure.
+        err.write(("%s (rendezvous port %d)\n" % (ATTEMPT_MARKER, port)).encode())
+        err.flush()
         script_mode = cfg.mode == "script"
         try:
             self.proc = subprocess.Popen(self.torchrun_argv(port), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -224,8 +227,6 @@ class Supervisor:
             proctree.terminate(pids, self.config.stop_grace_s)
 
     def _record_outcome(self, rc: Optional[int]) -> None:
-        from .failures import diagnose
-
         # The event goes first: a follower stops reading once status.json is final.
         now = time.time()
         if self.stopping.is_set():

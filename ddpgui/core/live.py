@@ -23,6 +23,7 @@ class LiveRun:
     compile_s: float | None = None
     started_t: float | None = None
     last_t: float | None = None
+    first_metric: tuple[float, int] | None = None  # (t, step) of the first record, for the step rate
     state: str = "starting"
     message: str = ""
     hint: str = ""
@@ -39,6 +40,8 @@ class LiveRun:
         self.last_t = rec.get("t", self.last_t)
         if self.started_t is None:
             self.started_t = self.last_t
+        if self.first_metric is None and self.last_t is not None:
+            self.first_metric = (self.last_t, self.step or 0)
         for key in ("loss", "samples_per_s", "tokens_per_s", "mem_peak_gib"):
             if rec.get(key) is not None:
                 setattr(self, key, rec[key])
@@ -95,6 +98,12 @@ class LiveRun:
 
     @property
     def eta_s(self) -> float | None:
+        """Seconds left: by the step rate since the first record (start-up excluded), or by the clock."""
+        if self.total_steps and self.first_metric and self.last_t and self.step < self.total_steps:
+            t0, step0 = self.first_metric
+            if self.step > step0 and self.last_t > t0:
+                return (self.total_steps - self.step) * (self.last_t - t0) / (self.step - step0)
+            return None
         frac, elapsed = self.fraction, self.elapsed_s
         if not frac or elapsed is None or frac >= 1.0:
             return None

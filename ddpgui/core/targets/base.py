@@ -68,6 +68,10 @@ class Stream(ABC):
     def close(self) -> None:
         """End the command (the run it follows goes on)."""
 
+    @abstractmethod
+    def fileno(self) -> int:
+        """A descriptor that select() reports readable when :meth:`read` has something (or EOF)."""
+
 
 @dataclass(frozen=True)
 class LaunchResult:

@@ -25,6 +25,9 @@ class _ProcessStream(Stream):
             raise TimeoutError
         return os.read(self._fd, 1 << 20)
 
+    def fileno(self) -> int:
+        return self._fd
+
     def close(self) -> None:
         if self._proc.poll() is None:
             self._proc.terminate()

@@ -1,0 +1,1 @@
+"""`make bench`: the measured goals of each issue, printed as one table."""

@@ -1,0 +1,473 @@
+"""Host profiles: where a host is and how to log in, never a secret.
+
+Profiles live in ``hosts.json`` in :func:`~ddpgui.core.paths.config_dir`.
+JSON because the standard library both reads and writes it (``tomllib`` only
+reads TOML), and with two-space indentation it is easy to read and diff.
+Passwords and key passphrases live in the OS keyring (:mod:`ddpgui.core.secrets`),
+keyed by profile name; renaming or removing a profile moves or deletes them.
+
+``local`` ("This computer") always exists: it runs the runner through a
+subprocess, so only its interpreter, run root, price and notes can be edited.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from . import secrets
+from .paths import config_dir
+
+SCHEMA_VERSION = 1
+HOSTS_FILE = "hosts.json"
+LOCAL = "local"
+LOCAL_DISPLAY_NAME = "This computer"
+
+AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
+#: The keyring secret each authentication method needs, if any.
+SECRET_KIND = {"key_passphrase": secrets.PASSPHRASE, "password": secrets.PASSWORD}
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOSTNAME = re.compile(r"^[^\s@/\\'\"`$;&|<>()]+$")
+_USER = re.compile(r"^[^\s@:/'\"`$;&|<>()]*$")
+_HOP = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:\s@\[\]]+)(?::(?P<port>\d+))?$")
+
+
+class HostError(ValueError):
+    """A profile that cannot be saved or used; ``field`` names the offending field."""
+
+    def __init__(self, field_name: str, message: str, hint: str = ""):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.hint = hint
+
+
+class HostNotFound(KeyError):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"no host profile named {self.name!r} (ddpgui hosts list shows them)"
+
+
+@dataclass
+class HostProfile:
+    """How to reach one host; several profiles may name the same machine with different interpreters."""
+
+    name: str
+    hostname: str = ""
+    port: int = 22
+    user: str = ""
+    auth: str = "agent"
+    key_file: str | None = None
+    proxy_jump: list[str] = field(default_factory=list)
+    python: str = "python3"
+    run_root: str = "~/.ddpgui"
+    price_per_hour: float | None = None
+    notes: str = ""
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    rdzv_address: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def is_local(self) -> bool:
+        return self.name == LOCAL
+
+    @property
+    def display_name(self) -> str:
+        return LOCAL_DISPLAY_NAME if self.is_local else self.name
+
+    @property
+    def secret_kind(self) -> str | None:
+        """The keyring secret this profile's authentication needs (``password``/``passphrase``)."""
+        return None if self.is_local else SECRET_KIND.get(self.auth)
+
+    def validate(self) -> None:
+        _check(isinstance(self.name, str) and bool(_NAME.match(self.name)), "name",
+               f"must be 1-64 letters, digits, '.', '_' or '-' and start with a letter or digit, got {self.name!r}")
+        _check(isinstance(self.notes, str), "notes", "must be text")
+        _check(self.price_per_hour is None or (isinstance(self.price_per_hour, (int, float))
+                                               and not isinstance(self.price_per_hour, bool)
+                                               and self.price_per_hour >= 0),
+               "price_per_hour", f"must be a number >= 0 or empty, got {self.price_per_hour!r}")
+        _check(isinstance(self.nccl_env, dict) and all(
+            isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) for k, v in self.nccl_env.items()),
+            "nccl_env", "must map environment variable names to text values")
+        _check(isinstance(self.python, str) and "\n" not in self.python, "python", "must be one line")
+        _check(isinstance(self.run_root, str) and "\n" not in self.run_root, "run_root", "must be one line")
+        if self.is_local:
+            return
+        _check(isinstance(self.hostname, str) and bool(_HOSTNAME.match(self.hostname))
+               and not self.hostname.startswith("-"), "hostname",
+               f"must be a host name or address without spaces, got {self.hostname!r}")
+        _check(isinstance(self.port, int) and not isinstance(self.port, bool) and 1 <= self.port <= 65535,
+               "port", f"must be 1-65535, got {self.port!r}")
+        _check(isinstance(self.user, str) and bool(_USER.match(self.user)) and not self.user.startswith("-"),
+               "user", f"must be a login name without spaces, got {self.user!r}")
+        _check(self.auth in AUTH_METHODS, "auth", f"must be one of {', '.join(AUTH_METHODS)}, got {self.auth!r}")
+        if self.auth in ("key", "key_passphrase"):
+            _check(bool(self.key_file), "key_file", f"authentication {self.auth!r} needs a key file")
+        _check(self.key_file is None or (isinstance(self.key_file, str) and "\n" not in self.key_file),
+               "key_file", "must be a path")
+        _check(isinstance(self.proxy_jump, list) and all(isinstance(h, str) for h in self.proxy_jump),
+               "proxy_jump", "must be a list of jump hosts")
+        for hop in self.proxy_jump:
+            _check(hop != self.name, "proxy_jump", f"{self.name!r} cannot be its own jump host")
+            _check(bool(_NAME.match(hop)) or bool(_HOP.match(hop)), "proxy_jump",
+                   f"{hop!r} is neither a profile name nor user@host:port")
+        _check(bool(self.python.strip()), "python", "must name the remote Python interpreter, e.g. python3")
+        _check(self.run_root == "~" or self.run_root.startswith(("/", "~/")), "run_root",
+               f"must be an absolute path or start with ~/, got {self.run_root!r}")
+        _check(self.rdzv_address is None or (isinstance(self.rdzv_address, str) and bool(_HOP.match(self.rdzv_address))
+                                             and "@" not in self.rdzv_address),
+               "rdzv_address", f"must be host or host:port, got {self.rdzv_address!r}")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> HostProfile:
+        if not isinstance(data, dict):
+            raise HostError("hosts", f"each host must be an object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise HostError(unknown[0], f"unknown field in host {data.get('name')!r}")
+        if "name" not in data:
+            raise HostError("name", "a host has no name")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise HostError("hosts", str(exc)) from exc
+
+
+def _check(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise HostError(field_name, message)
+
+
+def local_profile() -> HostProfile:
+    """The built-in "This computer": the app's own Python, runs under the data dir."""
+    return HostProfile(name=LOCAL, hostname="localhost", python="", run_root="")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One SSH login on the way to a host (jump hosts first, the host itself last)."""
+
+    label: str
+    hostname: str
+    port: int
+    user: str
+    auth: str
+    key_file: str | None
+    #: the profile whose keyring secrets this hop uses (for an ad-hoc hop: the profile that lists it)
+    secrets_profile: str
+
+
+def parse_hop(text: str) -> tuple[str, str, int]:
+    """``[user@]host[:port]`` (IPv6 in brackets) as (user, host, port)."""
+    m = _HOP.match(text)
+    if not m:
+        raise HostError("proxy_jump", f"{text!r} is not user@host:port")
+    host = m["host"][1:-1] if m["host"].startswith("[") else m["host"]
+    port = int(m["port"]) if m["port"] else 22
+    if not 1 <= port <= 65535:
+        raise HostError("proxy_jump", f"port {port} in {text!r} is not 1-65535")
+    return m["user"] or "", host, port
+
+
+def _hop_of(profile: HostProfile) -> Hop:
+    return Hop(label=profile.name, hostname=profile.hostname, port=profile.port, user=profile.user,
+               auth=profile.auth, key_file=profile.key_file, secrets_profile=profile.name)
+
+
+@dataclass
+class ImportReport:
+    added: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (Host pattern, why)
+
+
+class HostStore:
+    """The profiles file: load, validate, change, save atomically."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else config_dir() / HOSTS_FILE
+        self._profiles: dict[str, HostProfile] = {}
+        self.reload()
+
+    # ---- reading ---------------------------------------------------------------------------
+    def reload(self) -> None:
+        profiles = {LOCAL: local_profile()}
+        if self.path.exists():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise HostError("hosts", f"{self.path} is not valid JSON: {exc}",
+                                "fix the file by hand or move it away to start over") from exc
+            if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+                raise HostError("schema", f"{self.path} has schema {data.get('schema') if isinstance(data, dict) else None!r},"
+                                          f" this version reads {SCHEMA_VERSION}",
+                                "upgrade ddpgui, or move the file away to start over")
+            for item in data.get("hosts", []):
+                profile = HostProfile.from_json(item)
+                if profile.name in profiles and not profile.is_local:
+                    raise HostError("name", f"{self.path} has two hosts named {profile.name!r}")
+                profiles[profile.name] = profile
+        self._profiles = profiles
+
+    def names(self) -> list[str]:
+        """``local`` first, then the others in alphabetical order."""
+        return [LOCAL] + sorted(n for n in self._profiles if n != LOCAL)
+
+    def profiles(self) -> list[HostProfile]:
+        return [self._profiles[n] for n in self.names()]
+
+    def get(self, name: str) -> HostProfile:
+        try:
+            return self._profiles[name]
+        except KeyError:
+            raise HostNotFound(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._profiles
+
+    def route(self, name: str) -> list[Hop]:
+        """Every login needed to reach ``name``: its jump hosts (expanded recursively), then itself."""
+        return self._route(self.get(name), [])
+
+    def _route(self, profile: HostProfile, seen: list[str]) -> list[Hop]:
+        if profile.name in seen:
+            raise HostError("proxy_jump", "the jump hosts loop: " + " → ".join(seen + [profile.name]))
+        hops: list[Hop] = []
+        for text in profile.proxy_jump:
+            if text in self._profiles and not self._profiles[text].is_local:
+                hops += self._route(self._profiles[text], seen + [profile.name])
+            else:
+                user, host, port = parse_hop(text)
+                # An ad-hoc hop logs in with the agent, and with the profile's key file when it has one.
+                hops.append(Hop(label=text, hostname=host, port=port, user=user or profile.user, auth="agent",
+                                key_file=profile.key_file, secrets_profile=profile.name))
+        return hops + [_hop_of(profile)]
+
+    # ---- changing --------------------------------------------------------------------------
+    def add(self, profile: HostProfile) -> None:
+        profile.validate()
+        if profile.name in self._profiles:
+            raise HostError("name", f"a host named {profile.name!r} exists already")
+        self._profiles[profile.name] = profile
+        try:
+            self._check_routes(profile.name)
+        except HostError:
+            del self._profiles[profile.name]
+            raise
+        self.save()
+
+    def update(self, profile: HostProfile) -> None:
+        """Replace the profile of the same name (``local``: only python, run_root, price and notes)."""
+        profile.validate()
+        old = self.get(profile.name)
+        if profile.is_local:
+            fixed = {f: getattr(local_profile(), f) for f in ("hostname", "port", "user", "auth", "key_file",
+                                                               "proxy_jump")}
+            if any(getattr(profile, f) != v for f, v in fixed.items()):
+                raise HostError("name", f"{LOCAL_DISPLAY_NAME} is not reached over SSH: only its python, run root, "
+                                        "price and notes can be changed")
+        self._profiles[profile.name] = profile
+        try:
+            self._check_routes(profile.name)
+        except HostError:
+            self._profiles[profile.name] = old
+            raise
+        if old.secret_kind and old.secret_kind != profile.secret_kind:
+            _keyring(secrets.delete_secret, profile.name, old.secret_kind)
+        self.save()
+
+    def rename(self, old: str, new: str) -> None:
+        """Rename a profile, its keyring secrets and every jump-host reference to it."""
+        profile = self.get(old)
+        if profile.is_local:
+            raise HostError("name", f"{LOCAL_DISPLAY_NAME} cannot be renamed")
+        if new in self._profiles:
+            raise HostError("name", f"a host named {new!r} exists already")
+        renamed = dataclasses.replace(profile, name=new)
+        _keyring(secrets.move_secrets, old, new)
+        del self._profiles[old]
+        self._profiles[new] = renamed
+        for name, other in list(self._profiles.items()):
+            if old in other.proxy_jump:
+                self._profiles[name] = dataclasses.replace(
+                    other, proxy_jump=[new if h == old else h for h in other.proxy_jump])
+        self.save()
+
+    def remove(self, name: str) -> None:
+        """Remove a profile and delete its keyring secrets."""
+        profile = self.get(name)
+        if profile.is_local:
+            raise HostError("name", f"{LOCAL_DISPLAY_NAME} cannot be removed")
+        users = sorted(n for n, p in self._profiles.items() if name in p.proxy_jump)
+        if users:
+            raise HostError("name", f"{name!r} is the jump host of {', '.join(users)}",
+                            "change their proxy_jump first")
+        _keyring(secrets.delete_all, name)
+        del self._profiles[name]
+        self.save()
+
+    def _check_routes(self, name: str) -> None:
+        for other in self._profiles:
+            if other != LOCAL and (other == name or name in self._profiles[other].proxy_jump):
+                self.route(other)
+
+    def save(self) -> None:
+        data = {"schema": SCHEMA_VERSION,
+                "hosts": [p.to_json() for p in self.profiles()]}
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".hosts-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    # ---- ~/.ssh/config ---------------------------------------------------------------------
+    def import_ssh_config(self, path: str | Path | None = None) -> ImportReport:
+        """Add a profile for every ``Host`` alias of an OpenSSH config (wildcards are skipped)."""
+        path = Path(path).expanduser() if path else Path.home() / ".ssh" / "config"
+        config = paramiko.SSHConfig.from_path(str(path))
+        report = ImportReport()
+        for alias in sorted(config.get_hostnames()):
+            if any(c in alias for c in "*?!"):
+                report.skipped.append((alias, "a wildcard pattern, not one host; its settings apply to the "
+                                              "aliases it matches"))
+                continue
+            if alias in self._profiles:
+                report.skipped.append((alias, "a host profile with this name exists already"))
+                continue
+            options = config.lookup(alias)
+            if "proxycommand" in options:
+                report.skipped.append((alias, "uses ProxyCommand, which ddpgui does not run; use ProxyJump"))
+                continue
+            try:
+                profile = _profile_from_ssh(alias, options)
+            except HostError as exc:
+                report.skipped.append((alias, str(exc)))
+                continue
+            self._profiles[alias] = profile
+            report.added.append(alias)
+        for alias in list(report.added):
+            try:
+                self.route(alias)
+            except HostError as exc:
+                del self._profiles[alias]
+                report.added.remove(alias)
+                report.skipped.append((alias, str(exc)))
+        if report.added:
+            self.save()
+        return report
+
+
+def _keyring(operation: Callable[..., object], *args: str) -> None:
+    """A keyring clean-up; with no keyring at all nothing can have been stored, so there is nothing to do."""
+    try:
+        operation(*args)
+    except secrets.SecretsUnavailable as exc:
+        if not exc.no_backend:
+            raise
+
+
+def _profile_from_ssh(alias: str, options: paramiko.SSHConfigDict) -> HostProfile:
+    key_files = options.get("identityfile") or []
+    key_file = key_files[0] if key_files else None
+    auth = "agent"
+    if key_file:
+        auth = "key_passphrase" if key_is_encrypted(key_file) else "key"
+    jump = options.get("proxyjump", "")
+    hops = [] if not jump or jump.lower() == "none" else [h.strip() for h in jump.split(",") if h.strip()]
+    try:
+        port = int(options.get("port", 22))
+    except ValueError:
+        raise HostError("port", f"Port {options.get('port')!r} is not a number") from None
+    return HostProfile(name=alias, hostname=options.get("hostname", alias), port=port,
+                       user=options.get("user", ""), auth=auth, key_file=key_file, proxy_jump=hops,
+                       notes="imported from ~/.ssh/config")
+
+
+class KeyFileError(ValueError):
+    """A private key file that cannot be used: unreadable, encrypted without a passphrase, wrong passphrase."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"key file {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class KeyNeedsPassphrase(KeyFileError):
+    pass
+
+
+class WrongPassphrase(KeyFileError):
+    pass
+
+
+_PKEY_CLASSES = ((rsa.RSAPrivateKey, paramiko.RSAKey), (ed25519.Ed25519PrivateKey, paramiko.Ed25519Key),
+                 (ec.EllipticCurvePrivateKey, paramiko.ECDSAKey))
+
+
+def load_private_key(path: str, passphrase: str | None = None) -> paramiko.PKey:
+    """A private key from an OpenSSH or PEM file; raises :class:`KeyFileError` subclasses saying why not."""
+    full = os.path.expanduser(path)
+    try:
+        data = Path(full).read_bytes()
+    except OSError as exc:
+        raise KeyFileError(path, exc.strerror or str(exc)) from None
+    password = passphrase.encode() if passphrase else None
+    loader = (serialization.load_ssh_private_key if data.lstrip().startswith(b"-----BEGIN OPENSSH PRIVATE KEY")
+              else serialization.load_pem_private_key)
+    try:
+        loaded = loader(data, password)
+    except TypeError:
+        if password is None:
+            raise KeyNeedsPassphrase(path, "the key is protected by a passphrase") from None
+        password = None  # a passphrase was given for a key that has none: use the key as it is
+        loaded = loader(data, None)
+    except ValueError as exc:
+        if password is not None:
+            raise WrongPassphrase(path, "the passphrase does not open this key") from None
+        raise KeyFileError(path, f"not a private key OpenSSH or paramiko can read ({exc})") from None
+    except Exception as exc:  # unsupported key types (DSA is gone from paramiko) and other backend refusals
+        raise KeyFileError(path, f"cannot load this key ({type(exc).__name__}: {exc})") from None
+    for crypto_class, key_class in _PKEY_CLASSES:
+        if isinstance(loaded, crypto_class):
+            return key_class.from_private_key_file(full, password=password.decode() if password else None)
+    raise KeyFileError(path, f"unsupported key type {type(loaded).__name__}")
+
+
+def key_is_encrypted(key_file: str) -> bool:
+    """Whether a private key file needs a passphrase (False when it cannot be read at all)."""
+    try:
+        load_private_key(key_file)
+    except KeyNeedsPassphrase:
+        return True
+    except KeyFileError:
+        return False
+    return False

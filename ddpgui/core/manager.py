@@ -1,0 +1,433 @@
+"""RunManager: launch runs, follow every active one into the store, reconnect, reattach, stop.
+
+One :class:`HostFollower` thread per host connection reads the ``follow``
+streams of all that host's active runs (channels multiplexed on one SSH
+connection, or local pipes), waiting on all of them with one ``select``.  Each
+read's chunks are stored with their offsets in one transaction, so nothing is
+lost or duplicated whatever happens to the link or the app; then listeners get
+the new records (the GUI and the CLI consume the same stream).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from remote_runner.config import RunConfig, config_from_dict
+from remote_runner.status import FINAL_STATES
+
+from .hosts import HostStore
+from .package import RunnerPackage, build_runner
+from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError
+from .runs import make_config
+from .store import RunRecord, RunStore, StoreGapError
+from .targets.base import ConnectionLost, Progress, Stream, Target, TargetError
+
+log = logging.getLogger(__name__)
+
+#: A stream silent this long (the runner beats every second) counts as a dropped link.
+SILENCE_S = 5.0
+#: Reconnect delays after a dropped link, in seconds (the last one repeats).
+BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+OpenTarget = Callable[[str], Target]
+
+
+@dataclass
+class RunUpdate:
+    """What changed in a run: new records per spool, and its row when its state changed."""
+
+    run_id: str
+    node: int = 0
+    records: dict[str, list[dict]] = field(default_factory=dict)
+    logs: dict[str, bytes] = field(default_factory=dict)
+    run: RunRecord | None = None
+    host: str | None = None
+    connection: str | None = None  # "lost" when the host's link dropped (it is retried)
+
+
+Listener = Callable[[RunUpdate], None]
+
+
+def environment_fingerprint(probe: dict) -> dict:
+    """What a comparison must know about where a run ran (from the probe report)."""
+    torch = probe.get("torch") or {}
+    gpus = probe.get("gpus") or []
+    nccl = torch.get("nccl") or {}
+    return {"hostname": probe.get("hostname"), "gpu": gpus[0]["name"] if gpus else None, "gpu_count": len(gpus),
+            "driver": probe.get("driver_version"), "cuda": torch.get("cuda_build"), "torch": torch.get("version"),
+            "nccl": nccl.get("version") if isinstance(nccl, dict) else None, "python": (probe.get("python") or {})
+            .get("version") if isinstance(probe.get("python"), dict) else probe.get("python"),
+            "cpu": probe.get("cpu_model"), "cpu_count": probe.get("cpu_count")}
+
+
+class _Follow:
+    """One (run, node) being followed: its stream and decoder."""
+
+    def __init__(self, run_id: str, node: int, run_dir: str):
+        self.run_id, self.node, self.run_dir = run_id, node, run_dir
+        self.stream: Stream | None = None
+        self.decoder = FollowDecoder()
+        self.last_data = time.monotonic()
+
+
+class HostFollower(threading.Thread):
+    """Follows every active run of one host through that host's one connection."""
+
+    def __init__(self, manager: RunManager, host: str):
+        super().__init__(name=f"follow-{host}", daemon=True)
+        self.manager, self.host = manager, host
+        self._lock = threading.Lock()
+        self._pending: list[_Follow] = []
+        self._follows: dict[tuple[str, int], _Follow] = {}
+        self._halt = threading.Event()
+        self.reconnects = 0
+
+    def add(self, run_id: str, node: int, run_dir: str) -> None:
+        with self._lock:
+            self._pending.append(_Follow(run_id, node, run_dir))
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._follows or self._pending)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self._halt.is_set():
+            try:
+                self._open_pending()
+                if not self._follows:
+                    self._halt.wait(0.05)
+                    continue
+                self._read_once()
+                failures = 0
+            except (ConnectionLost, TargetError, OSError, ProtocolError) as exc:
+                failures += 1
+                self.reconnects += 1
+                log.warning("following runs on %s: %s (retry %d)", self.host, exc, failures)
+                self.manager._emit(RunUpdate(run_id="", host=self.host, connection="lost"))
+                self._reset_all()
+                self._halt.wait(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
+            except Exception:  # never let the follower die silently: log and retry
+                log.exception("follower for %s crashed; restarting its streams", self.host)
+                self._reset_all()
+                self._halt.wait(1.0)
+        self._close_all()
+
+    def _open_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        target = self.manager.target(self.host) if pending else None
+        for follow in pending:
+            key = (follow.run_id, follow.node)
+            if key in self._follows:
+                continue
+            offsets = self.manager.store.offsets(follow.run_id, follow.node)
+            follow.stream = target.stream(target.runner("follow", follow.run_dir, "--from", json.dumps(offsets)))
+            follow.last_data = time.monotonic()
+            self._follows[key] = follow
+
+    def _read_once(self) -> None:
+        by_fd = {f.stream.fileno(): f for f in self._follows.values()}
+        ready, _, _ = select.select(list(by_fd), [], [], 0.25)
+        now = time.monotonic()
+        for fd in ready:
+            follow = by_fd[fd]
+            try:
+                data = follow.stream.read(0.0)
+            except TimeoutError:  # woken by something other than stdout (SSH stderr): nothing to read
+                continue
+            follow.last_data = now
+            if not data:
+                raise ConnectionLost(f"the follow stream of run {follow.run_id} ended early")
+            self._handle(follow, follow.decoder.feed(data))
+        for follow in list(self._follows.values()):
+            if now - follow.last_data > SILENCE_S:
+                raise ConnectionLost(f"no data from {self.host} for {SILENCE_S:.0f} s")
+
+    def _handle(self, follow: _Follow, messages: list) -> None:
+        chunks = [m for m in messages if isinstance(m, Chunk)]
+        if chunks:
+            try:
+                self.manager._store_chunks(follow.run_id, follow.node, chunks)
+            except StoreGapError:
+                # The stream and the store disagree (e.g. a chunk stored by another follower): start over
+                # from what the store holds.
+                self._restart(follow)
+                return
+        for message in messages:
+            if isinstance(message, End):
+                self._finish(follow, message)
+            elif isinstance(message, Heartbeat):
+                self.manager._heartbeat(follow.run_id, message)
+
+    def _finish(self, follow: _Follow, end: End) -> None:
+        self._close(follow)
+        if end.ended:
+            self.manager._run_ended(follow.run_id, follow.node, end.status)
+
+    def _restart(self, follow: _Follow) -> None:
+        self._close(follow)
+        self.add(follow.run_id, follow.node, follow.run_dir)
+
+    def _close(self, follow: _Follow) -> None:
+        self._follows.pop((follow.run_id, follow.node), None)
+        if follow.stream is not None:
+            follow.stream.close()
+            follow.stream = None
+
+    def _reset_all(self) -> None:
+        """Drop every stream (and the connection); each run is followed again from the stored offsets."""
+        follows = list(self._follows.values())
+        self._close_all()
+        self.manager.drop_target(self.host)
+        with self._lock:
+            self._pending = [_Follow(f.run_id, f.node, f.run_dir) for f in follows] + self._pending
+
+    def _close_all(self) -> None:
+        for follow in list(self._follows.values()):
+            try:
+                self._close(follow)
+            except Exception:  # a stream on a dead link may fail to close; it is gone either way
+                pass
+        self._follows.clear()
+
+
+class RunManager:
+    """Everything the app and the CLI do with runs; Qt-free and thread-safe."""
+
+    def __init__(self, store: RunStore, hosts: HostStore, open_target: OpenTarget,
+                 package: RunnerPackage | None = None):
+        self.store, self.hosts = store, hosts
+        self._open_target = open_target
+        self._package = package
+        self._targets: dict[str, Target] = {}
+        self._deployed: set[str] = set()
+        self._environment: dict[str, dict] = {}
+        self._followers: dict[str, HostFollower] = {}
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._ended = threading.Condition(self._lock)
+
+    # ---- targets -------------------------------------------------------------------------
+    @property
+    def package(self) -> RunnerPackage:
+        if self._package is None:
+            self._package = build_runner()
+        return self._package
+
+    def target(self, host: str, progress: Progress | None = None) -> Target:
+        """The host's target with the runner deployed (one connection per host, reused)."""
+        with self._lock:
+            target = self._targets.get(host)
+            if target is None:
+                target = self._targets[host] = self._open_target(host)
+            if host not in self._deployed:
+                target.deploy(self.package, progress)
+                self._deployed.add(host)
+            return target
+
+    def drop_target(self, host: str) -> None:
+        """Forget a host's connection (after it dropped); the next use reconnects."""
+        with self._lock:
+            target = self._targets.pop(host, None)
+            self._deployed.discard(host)
+        if target is not None:
+            try:
+                target.close()
+            except Exception:  # closing a dead connection may fail; it is gone either way
+                pass
+
+    def environment(self, host: str) -> dict:
+        """The host's environment fingerprint (probed once per manager)."""
+        with self._lock:
+            if host not in self._environment:
+                self._environment[host] = environment_fingerprint(self.target(host).probe())
+            return self._environment[host]
+
+    # ---- listeners -----------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` (on the follower's thread) for every update; returns an unsubscribe function."""
+        with self._lock:
+            self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _emit(self, update: RunUpdate) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(update)
+            except Exception:
+                log.exception("a run listener failed")
+
+    # ---- launching -----------------------------------------------------------------------
+    def launch(self, host: str, settings: dict | RunConfig, progress: Progress | None = None,
+               follow: bool = True) -> RunRecord:
+        """Deploy, write the config and start the run detached; the run is in the store from the start."""
+        cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
+        self.hosts.get(host)  # an unknown profile fails here, before anything is created
+        record = self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=[host], config=cfg.to_dict(),
+                                       state="launching", total_steps=cfg.steps)
+        try:
+            target = self.target(host, progress)
+            if cfg.mode == "script":
+                from .uploads import upload_script_dir
+
+                cfg.script.dir = upload_script_dir(target, cfg.script.dir, progress=progress)
+                self.store.update_run(cfg.run_id, config=cfg.to_dict())
+            environment = self.environment(host)
+            result = target.launch(cfg)
+        except Exception as exc:
+            hint = getattr(exc, "hint", "")
+            self.store.update_run(cfg.run_id, state="failed", message=str(exc).split(" — ")[0], hint=hint,
+                                  failure="launch_failed", ended_at=time.time())
+            raise
+        record = self.store.update_run(cfg.run_id, state="starting", run_dirs={0: result.run_dir},
+                                       environment=environment, started_at=time.time())
+        self._emit(RunUpdate(cfg.run_id, run=record))
+        if follow:
+            self.follow(cfg.run_id)
+        return record
+
+    def rerun(self, run_id: str, progress: Progress | None = None) -> RunRecord:
+        """Launch again with the same config (a new run id and the same name)."""
+        old = self.store.get_run(run_id)
+        settings = dict(old.config, run_id="")
+        return self.launch(old.host, settings, progress)
+
+    def duplicate(self, run_id: str, **changes: object) -> dict:
+        """The run's settings with ``changes`` applied, validated, ready to edit and launch."""
+        old = self.store.get_run(run_id)
+        settings = dict(old.config, run_id="", name=f"{old.name} (copy)", **changes)
+        config_from_dict(settings)
+        return settings
+
+    # ---- following -----------------------------------------------------------------------
+    def follow(self, run_id: str) -> None:
+        """Stream the run's records into the store in the background (until it has ended)."""
+        record = self.store.get_run(run_id)
+        for node, run_dir in record.run_dirs.items():
+            host = record.hosts[int(node)]
+            with self._lock:
+                follower = self._followers.get(host)
+                if follower is None or not follower.is_alive():
+                    follower = self._followers[host] = HostFollower(self, host)
+                    follower.start()
+            follower.add(run_id, int(node), run_dir)
+
+    def reattach(self) -> list[str]:
+        """Follow every run the store says is still active (after an app restart); returns their ids."""
+        ids = []
+        for record in self.store.active_runs():
+            if record.run_dirs:
+                self.follow(record.id)
+                ids.append(record.id)
+            elif record.state == "launching":
+                self.store.update_run(record.id, state="failed", failure="launch_interrupted",
+                                      message="the app stopped while this run was being launched",
+                                      hint="rerun it", ended_at=time.time())
+        return ids
+
+    def _store_chunks(self, run_id: str, node: int, chunks: list[Chunk]) -> None:
+        result = self.store.store_chunks(run_id, node, chunks)
+        logs = {}
+        for chunk in chunks:
+            if chunk.spool.endswith(".log"):
+                logs[chunk.spool] = logs.get(chunk.spool, b"") + chunk.data
+        metrics = result.new.get("metrics.jsonl")
+        record = None
+        if metrics and metrics[-1].get("step") is not None:
+            record = self.store.update_run(run_id, last_step=metrics[-1]["step"])
+        if any(rec.get("event") == "train_start" for rec in result.new.get("events.jsonl", ())):
+            record = self.store.update_run(run_id, state="running")
+        summary = [rec for rec in result.new.get("events.jsonl", ()) if rec.get("event") == "summary"]
+        if summary:
+            record = self.store.update_run(run_id, summary=summary[-1])
+        if result.new or logs:
+            self._emit(RunUpdate(run_id, node, records=result.new, logs=logs, run=record))
+
+    def _heartbeat(self, run_id: str, beat: Heartbeat) -> None:
+        record = self.store.get_run(run_id)
+        if beat.state in ("running", "starting") and record.state in ("starting", "launching") and beat.state != record.state:
+            self._emit(RunUpdate(run_id, run=self.store.update_run(run_id, state=beat.state)))
+
+    def _run_ended(self, run_id: str, node: int, status: dict) -> None:
+        changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
+                   "message": status.get("message") or "", "hint": status.get("hint") or "",
+                   "exit_code": status.get("exit_code"), "failure": status.get("failure"),
+                   "failed_rank": status.get("failed_rank")}
+        record = self.store.update_run(run_id, **changes)
+        self._emit(RunUpdate(run_id, node, run=record))
+        with self._ended:
+            self._ended.notify_all()
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunRecord:
+        """Block until the run has ended and all its records are stored."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ended:
+            while True:
+                record = self.store.get_run(run_id)
+                if record.state in FINAL_STATES:
+                    return record
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"run {run_id} is still {record.state}")
+                self._ended.wait(min(left, 1.0) if left is not None else 1.0)
+
+    # ---- stopping and deleting -----------------------------------------------------------
+    def stop(self, run_id: str) -> RunRecord:
+        """End every process of the run on its host(s); the follower records the final state."""
+        record = self.store.get_run(run_id)
+        status = {}
+        for node, run_dir in record.run_dirs.items():
+            status = self.target(record.hosts[int(node)]).stop(run_dir)
+        if record.state not in FINAL_STATES and status.get("state") in FINAL_STATES:
+            self.follow(run_id)  # make sure the final records and state arrive
+        return self.store.get_run(run_id)
+
+    def delete(self, run_id: str, remote: bool = True) -> None:
+        """Delete the run from the store and (``remote``) its run directory on the host(s).
+
+        Callers confirm with the user first; a run still active is stopped before.
+        """
+        record = self.store.get_run(run_id)
+        if record.active and record.run_dirs:
+            self.stop(run_id)
+        if remote:
+            for node, run_dir in record.run_dirs.items():
+                target = self.target(record.hosts[int(node)])
+                if not run_dir.startswith(target.run_dir("x")[:-1]):
+                    raise TargetError(f"refusing to delete {run_dir}: it is not a run directory under "
+                                      f"{target.run_root()}")
+                result = target.exec(["rm", "-rf", "--", run_dir], timeout=120)
+                if result.rc != 0:
+                    raise TargetError(f"could not delete {run_dir} on {record.hosts[int(node)]}: "
+                                      f"{result.stderr.decode(errors='replace').strip()}")
+        self.store.delete_run(run_id)
+
+    # ---- shutting down -------------------------------------------------------------------
+    def idle(self) -> bool:
+        """No follower has a run to follow."""
+        with self._lock:
+            return not any(f.busy() for f in self._followers.values())
+
+    def close(self) -> None:
+        """Stop following (runs go on on their hosts) and close every connection."""
+        with self._lock:
+            followers = list(self._followers.values())
+            self._followers.clear()
+        for follower in followers:
+            follower.stop()
+        for follower in followers:
+            follower.join(timeout=5)
+        with self._lock:
+            hosts = list(self._targets)
+        for host in hosts:
+            self.drop_target(host)
+

@@ -1,0 +1,104 @@
+"""Passwords and key passphrases in the OS keyring; the only module that imports ``keyring``.
+
+Every secret lives under the service name ``ddpgui`` with the user name
+``<profile>:<kind>``, so renaming a host profile moves its secrets and removing
+it deletes them.  Nothing here logs or returns a secret except :func:`get_secret`.
+"""
+from __future__ import annotations
+
+import keyring
+import keyring.errors
+
+SERVICE = "ddpgui"
+PASSWORD = "password"
+PASSPHRASE = "passphrase"
+KINDS = (PASSWORD, PASSPHRASE)
+
+_INSTALL_HINT = ("install and unlock a keyring: on Linux a Secret Service such as GNOME Keyring or KeePassXC "
+                 "(apt install gnome-keyring; pip install secretstorage), the Keychain on macOS, "
+                 "the Credential Manager on Windows")
+
+
+class SecretsUnavailable(RuntimeError):
+    """No usable keyring: ``hint`` says what to install or unlock."""
+
+    def __init__(self, message: str, hint: str = _INSTALL_HINT, no_backend: bool = False):
+        super().__init__(message)
+        self.hint = hint
+        #: True when there is no keyring at all (so nothing can have been stored either)
+        self.no_backend = no_backend
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} — {self.hint}"
+
+
+def _user(profile: str, kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown secret kind {kind!r} (one of {', '.join(KINDS)})")
+    if not profile:
+        raise ValueError("a secret needs a profile name")
+    return f"{profile}:{kind}"
+
+
+def _unavailable(exc: Exception) -> SecretsUnavailable:
+    backend = type(keyring.get_keyring()).__module__
+    if isinstance(exc, keyring.errors.KeyringLocked):
+        return SecretsUnavailable(f"the keyring is locked ({backend})", "unlock your keyring and try again")
+    if isinstance(exc, keyring.errors.NoKeyringError):
+        return SecretsUnavailable("no keyring backend is available to store passwords and passphrases",
+                                  no_backend=True)
+    return SecretsUnavailable(f"the keyring ({backend}) failed: {type(exc).__name__}: {exc}")
+
+
+def backend_name() -> str:
+    """The keyring backend in use, e.g. ``keyring.backends.SecretService``."""
+    return type(keyring.get_keyring()).__module__
+
+
+def get_secret(profile: str, kind: str) -> str | None:
+    """The stored secret, or None when there is none."""
+    user = _user(profile, kind)
+    try:
+        return keyring.get_password(SERVICE, user)
+    except Exception as exc:  # every backend has its own errors (D-Bus, Keychain, ...)
+        raise _unavailable(exc) from exc
+
+
+def set_secret(profile: str, kind: str, value: str) -> None:
+    if not value:
+        raise ValueError("refusing to store an empty secret")
+    user = _user(profile, kind)
+    try:
+        keyring.set_password(SERVICE, user, value)
+    except Exception as exc:
+        raise _unavailable(exc) from exc
+
+
+def delete_secret(profile: str, kind: str) -> bool:
+    """Delete one secret; False when there was none."""
+    user = _user(profile, kind)
+    try:
+        if keyring.get_password(SERVICE, user) is None:
+            return False
+        keyring.delete_password(SERVICE, user)
+    except Exception as exc:
+        raise _unavailable(exc) from exc
+    return True
+
+
+def delete_all(profile: str) -> list[str]:
+    """Delete every secret of a profile; returns the kinds that were there."""
+    return [kind for kind in KINDS if delete_secret(profile, kind)]
+
+
+def move_secrets(old: str, new: str) -> list[str]:
+    """Move every secret of profile ``old`` to ``new``; returns the kinds moved."""
+    moved = []
+    for kind in KINDS:
+        value = get_secret(old, kind)
+        if value is None:
+            continue
+        set_secret(new, kind, value)
+        delete_secret(old, kind)
+        moved.append(kind)
+    return moved

@@ -1,0 +1,70 @@
+"""Turning a host profile into a Target, and checking that its Python is usable."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..host_keys import ConfirmHostKey, KnownHosts
+from ..hosts import HostStore
+from .base import Target, TargetError
+from .local import LocalTarget
+from .ssh import AskSecret, SSHConnection, SSHTarget
+
+_PYTHON_SNIPPET = (
+    "import importlib.util, json, platform, sys\n"
+    "torch = None\n"
+    "if importlib.util.find_spec('torch') is not None:\n"
+    "    try:\n"
+    "        from importlib.metadata import version\n"
+    "        torch = version('torch')\n"
+    "    except Exception:\n"
+    "        torch = 'unknown version'\n"
+    "print(json.dumps({'executable': sys.executable, 'python': platform.python_version(), 'torch': torch}))\n"
+)
+
+
+def open_target(name: str, store: HostStore, *, confirm_host_key: ConfirmHostKey | None = None,
+                ask_secret: AskSecret | None = None, known_hosts: KnownHosts | None = None) -> Target:
+    """``local`` → :class:`LocalTarget`; any other profile → :class:`SSHTarget` (connects lazily)."""
+    profile = store.get(name)
+    if profile.is_local:
+        return LocalTarget(profile.name, python=os.path.expanduser(profile.python) if profile.python else None,
+                           run_root=profile.run_root or None)
+    connection = SSHConnection(store.route(name), known_hosts=known_hosts, confirm_host_key=confirm_host_key,
+                               ask_secret=ask_secret)
+    return SSHTarget(profile, connection)
+
+
+@dataclass
+class PythonCheck:
+    """What the profile's interpreter is; ``problems`` are (message, hint) pairs."""
+
+    executable: str = ""
+    python: str = ""
+    torch: str | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+
+def check_python(target: Target) -> PythonCheck:
+    """Run the profile's Python on the host: is it there, is it 3.9+, does it have torch?"""
+    result = target.exec([target.python, "-c", _PYTHON_SNIPPET], timeout=60)
+    err = result.stderr.decode("utf-8", "replace").strip()
+    if result.rc == 127 or (result.rc != 0 and ("No such file" in err or "not found" in err)):
+        raise TargetError(f"Python {target.python!r} was not found on {target.name}",
+                          "set the host profile's python to an interpreter that exists there, e.g. "
+                          "/home/you/venv/bin/python or the python of a conda env", field="python")
+    try:
+        info = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise TargetError(f"{target.python} on {target.name} failed (exit {result.rc}): {err[-300:]}",
+                          "is it a Python 3 interpreter?", field="python") from None
+    check = PythonCheck(info["executable"], info["python"], info["torch"])
+    if tuple(int(p) for p in check.python.split(".")[:2]) < (3, 9):
+        check.problems.append((f"Python {check.python} is too old (the runner needs 3.9 or newer)",
+                               "point the profile at a newer Python (a venv or conda env)"))
+    if check.torch is None:
+        check.problems.append((f"PyTorch is not installed for {check.executable}",
+                               "install it there (pip install torch), or point the profile's python at the "
+                               "venv/conda env that has it"))
+    return check

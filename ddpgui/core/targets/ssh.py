@@ -1,0 +1,607 @@
+"""SSH hosts: one paramiko connection per host, and the Target primitives on top of it.
+
+:class:`SSHConnection` is Fabric-like: opened lazily, a context manager, one
+Transport reused for every exec channel and for SFTP, keepalives every few
+seconds, reopened with backoff when it drops.  Jump hosts are chained through
+``direct-tcpip`` channels, each hop with its own host-key check and login.
+Every remote command is ``shlex.join(argv)``: user text is data, never shell.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import posixpath
+import secrets as token
+import select
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import paramiko
+from paramiko.auth_strategy import AuthSource, InMemoryPrivateKey, Password
+
+from .. import secrets
+from ..host_keys import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts, fingerprint
+from ..hosts import Hop, HostProfile, KeyFileError, KeyNeedsPassphrase, WrongPassphrase, load_private_key
+from .base import CommandResult, ConnectionLost, Stream, Target, TargetError
+
+CONNECT_TIMEOUT_S = 10.0
+#: Seconds of silence after which a keepalive is sent; with TCP_USER_TIMEOUT a dead link errors out.
+KEEPALIVE_S = 5.0
+#: Unacknowledged data older than this breaks the TCP connection (Linux ``TCP_USER_TIMEOUT``).
+TCP_USER_TIMEOUT_S = 15.0
+RECONNECT_ATTEMPTS = 4
+BACKOFF_S = 0.5
+
+
+@dataclass(frozen=True)
+class SecretRequest:
+    """A secret the connection needs and did not find in the keyring."""
+
+    profile: str
+    kind: str  # secrets.PASSWORD or secrets.PASSPHRASE
+    prompt: str
+
+
+AskSecret = Callable[[SecretRequest], str | None]
+
+
+class HostUnreachable(TargetError):
+    """No SSH connection could be made (refused, timed out, unreachable); worth retrying later."""
+
+
+class AuthenticationFailed(TargetError):
+    """The host refused every login method that was tried."""
+
+
+class CommandTimeout(TargetError, subprocess.TimeoutExpired):
+    """A command did not finish in time (also a ``subprocess.TimeoutExpired``, as for local targets)."""
+
+    def __init__(self, message: str, hint: str, argv: list[str], timeout: float):
+        TargetError.__init__(self, message, hint)
+        self.cmd, self.timeout, self.output, self.stderr = argv, timeout, None, None
+
+    def __str__(self) -> str:
+        return f"{self.args[0]} — {self.hint}"
+
+
+def _describe(source: AuthSource) -> str:
+    if isinstance(source, _KeyFile):
+        return f"key file {source.path}"
+    if isinstance(source, InMemoryPrivateKey):
+        return f"ssh-agent key {source.pkey.get_name()} {fingerprint(source.pkey)}"
+    if isinstance(source, _KeyboardInteractive):
+        return "keyboard-interactive password"
+    return "password"
+
+
+class _KeyFile(InMemoryPrivateKey):
+    def __init__(self, username: str, path: str, pkey: paramiko.PKey):
+        super().__init__(username, pkey)
+        self.path = path
+
+
+class _KeyboardInteractive(AuthSource):
+    """A password given to keyboard-interactive prompts (hosts that turned plain password auth off)."""
+
+    def __init__(self, username: str, password_getter: Callable[[], str]):
+        super().__init__(username)
+        self.password_getter = password_getter
+
+    def authenticate(self, transport: paramiko.Transport) -> list[str]:
+        password = self.password_getter()
+        return transport.auth_interactive(self.username, lambda title, instr, prompts: [password] * len(prompts))
+
+
+class _HopAuth(paramiko.AuthStrategy):
+    """The login methods of one hop, in order; records what was tried for the error message."""
+
+    def __init__(self, conn: SSHConnection, hop: Hop, user: str):
+        super().__init__(ssh_config=paramiko.SSHConfig())
+        self.conn, self.hop, self.user = conn, hop, user
+        self.tried: list[str] = []
+        self.allowed: list[str] = []
+        self.used = ""
+        self._agent: paramiko.Agent | None = None
+
+    def get_sources(self) -> Iterator[AuthSource]:
+        hop = self.hop
+        if hop.auth == "password":
+            def getter() -> str:
+                return self.conn._secret(hop, secrets.PASSWORD, f"Password for {self.user}@{hop.hostname}:")
+
+            # Hosts that turned plain password auth off often still take it through keyboard-interactive.
+            yield Password(self.user, getter) if "password" in self.allowed else _KeyboardInteractive(self.user, getter)
+            return
+        if hop.auth == "agent":
+            self._agent = paramiko.Agent()
+            keys = self._agent.get_keys()
+            for key in keys:
+                yield InMemoryPrivateKey(self.user, key)
+            if not keys:
+                self.tried.append("ssh-agent (not running or holding no keys: SSH_AUTH_SOCK is "
+                                  + ("set" if os.environ.get("SSH_AUTH_SOCK") else "not set") + ")")
+        if hop.key_file:
+            yield _KeyFile(self.user, hop.key_file, self._load_key(hop.key_file))
+
+    def _load_key(self, path: str) -> paramiko.PKey:
+        try:
+            return load_private_key(path)
+        except KeyNeedsPassphrase:
+            pass
+        except KeyFileError as exc:
+            raise TargetError(str(exc), f"check the key file of host profile {self.hop.secrets_profile!r}",
+                              field="key_file") from None
+        passphrase = self.conn._secret(self.hop, secrets.PASSPHRASE, f"Passphrase for key {path}:")
+        try:
+            return load_private_key(path, passphrase)
+        except WrongPassphrase:
+            self.conn._forget(self.hop, secrets.PASSPHRASE)
+            raise TargetError(f"wrong passphrase for key file {path}",
+                              f"store the right one: ddpgui hosts edit {self.hop.secrets_profile} --set-secret",
+                              field="key_file") from None
+
+    def authenticate(self, transport: paramiko.Transport) -> list:
+        try:
+            transport.auth_none(self.user)
+            self.used = "none"
+            return []
+        except paramiko.BadAuthenticationType as exc:
+            self.allowed = list(exc.allowed_types)
+        try:
+            for source in self.get_sources():
+                method = ("password" if isinstance(source, Password) else
+                          "keyboard-interactive" if isinstance(source, _KeyboardInteractive) else "publickey")
+                if method not in self.allowed:
+                    self.tried.append(f"{_describe(source)} (the server does not accept {method})")
+                    continue
+                try:
+                    source.authenticate(transport)
+                except paramiko.AuthenticationException:
+                    self.tried.append(f"{_describe(source)} (rejected)")
+                    if isinstance(source, (Password, _KeyboardInteractive)):
+                        self.conn._forget(self.hop, secrets.PASSWORD)
+                    continue
+                except paramiko.SSHException as exc:
+                    self.tried.append(f"{_describe(source)} ({exc})")
+                    continue
+                if transport.is_authenticated():
+                    self.used = _describe(source)
+                    return []
+        finally:
+            if self._agent is not None:
+                self._agent.close()
+        raise AuthenticationFailed(
+            f"authentication as {self.user}@{self.hop.hostname} failed; tried: {', '.join(self.tried) or 'nothing'};"
+            f" the server accepts: {', '.join(self.allowed)}", self._hint())
+
+    def _hint(self) -> str:
+        name = self.hop.secrets_profile
+        if self.hop.auth == "password":
+            return f"check the user name and the password stored for {name!r} (ddpgui hosts edit {name} --set-secret)"
+        if self.hop.auth == "agent":
+            return ("add your key to the agent (ssh-add) or choose a key file, and check that its public key is in "
+                    "~/.ssh/authorized_keys on the host")
+        return f"check the user name and that the public key of {self.hop.key_file} is in ~/.ssh/authorized_keys there"
+
+
+class SSHConnection:
+    """One authenticated SSH connection to the last hop of ``route`` (jump hosts first)."""
+
+    def __init__(self, route: list[Hop], *, known_hosts: KnownHosts | None = None,
+                 confirm_host_key: ConfirmHostKey | None = None, ask_secret: AskSecret | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT_S, keepalive_s: float = KEEPALIVE_S,
+                 reconnect_attempts: int = RECONNECT_ATTEMPTS, backoff_s: float = BACKOFF_S):
+        if not route:
+            raise ValueError("a connection needs at least one hop")
+        self.route = route
+        self.known_hosts = known_hosts or KnownHosts()
+        self.confirm_host_key = confirm_host_key
+        self.ask_secret = ask_secret
+        self.connect_timeout = connect_timeout
+        self.keepalive_s = keepalive_s
+        self.reconnect_attempts = reconnect_attempts
+        self.backoff_s = backoff_s
+        #: how the last hop logged in, e.g. "key file ~/.ssh/id_ed25519" (set once connected)
+        self.auth_used = ""
+        self._clients: list[paramiko.SSHClient] = []
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.RLock()
+        self._sftp_lock = threading.Lock()
+        self._opened = False
+        self._secrets: dict[tuple[str, str], str] = {}
+
+    @property
+    def label(self) -> str:
+        return self.route[-1].label
+
+    def __enter__(self) -> SSHConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- opening ---------------------------------------------------------------------------
+    def transport(self) -> paramiko.Transport:
+        """The live transport, opened (or reopened with backoff after a drop) when needed."""
+        with self._lock:
+            if self._clients:
+                transport = self._clients[-1].get_transport()
+                if transport is not None and transport.is_active():
+                    return transport
+                self._close_clients()
+            attempts = self.reconnect_attempts if self._opened else 1
+            for attempt in range(attempts):
+                try:
+                    self._clients = self._connect()
+                    break
+                except HostUnreachable:
+                    if attempt == attempts - 1:
+                        raise
+                    time.sleep(self.backoff_s * 2 ** attempt)
+            self._opened = True
+            return self._clients[-1].get_transport()
+
+    def _connect(self) -> list[paramiko.SSHClient]:
+        clients: list[paramiko.SSHClient] = []
+        hops = self.route
+        try:
+            for i, hop in enumerate(hops):
+                try:
+                    sock = self._tcp(hop) if i == 0 else self._tunnel(clients[-1], hops[i - 1], hop)
+                    client, used = self._login(hop, sock)
+                except TargetError as exc:
+                    if i == len(hops) - 1:
+                        raise
+                    raise type(exc)(f"jump host {hop.label} (hop {i + 1} of {len(hops) - 1} on the way to "
+                                    f"{hops[-1].label}) failed: {exc.args[0]}", exc.hint, "proxy_jump") from exc
+                clients.append(client)
+                if i == len(hops) - 1:
+                    self.auth_used = used
+        except BaseException:
+            for client in reversed(clients):
+                client.close()
+            raise
+        return clients
+
+    def _tcp(self, hop: Hop) -> socket.socket:
+        where = f"{hop.hostname}:{hop.port}"
+        try:
+            socket.getaddrinfo(hop.hostname, hop.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise TargetError(f"cannot resolve the host name {hop.hostname!r} ({exc.strerror})",
+                              "check the spelling of the host name, your network connection and VPN",
+                              field="hostname") from None
+        try:
+            sock = socket.create_connection((hop.hostname, hop.port), timeout=self.connect_timeout)
+        except ConnectionRefusedError:
+            raise HostUnreachable(f"{where} refused the connection",
+                                  "check that sshd runs there and listens on this port (the profile's port)",
+                                  field="port") from None
+        except (socket.timeout, TimeoutError):
+            raise HostUnreachable(f"no answer from {where} within {self.connect_timeout:g} s",
+                                  "the host may be down or a firewall may drop SSH; check the host name, port and VPN",
+                                  field="hostname") from None
+        except OSError as exc:
+            raise HostUnreachable(f"cannot reach {where}: {exc.strerror or exc}",
+                                  "check the host name, your network connection and VPN", field="hostname") from None
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(TCP_USER_TIMEOUT_S * 1000))
+        return sock
+
+    def _tunnel(self, jump: paramiko.SSHClient, jump_hop: Hop, hop: Hop) -> paramiko.Channel:
+        try:
+            return jump.get_transport().open_channel("direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
+                                                     timeout=self.connect_timeout)
+        except paramiko.ChannelException as exc:
+            raise HostUnreachable(f"jump host {jump_hop.label} could not reach {hop.hostname}:{hop.port} "
+                                  f"({exc.text})", "check the host name and port as seen from the jump host, and "
+                                  "that the jump host allows TCP forwarding", field="hostname") from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise HostUnreachable(f"jump host {jump_hop.label} dropped the tunnel to {hop.hostname}:{hop.port} "
+                                  f"({exc})", "try again", field="proxy_jump") from None
+
+    def _login(self, hop: Hop, sock: socket.socket | paramiko.Channel) -> tuple[paramiko.SSHClient, str]:
+        user = hop.user or getpass.getuser()
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(ConfirmHostKeyPolicy(self.known_hosts, hop.hostname, hop.port,
+                                                                self.confirm_host_key))
+        auth = _HopAuth(self, hop, user)
+
+        def transport_factory(sock: object, disabled_algorithms: dict | None = None) -> paramiko.Transport:
+            transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+            # Offer the host-key types on record first, so a known host is not asked about another type.
+            options = transport.get_security_options()
+            known = [a for a in self.known_hosts.preferred_algorithms(hop.hostname, hop.port) if a in options.key_types]
+            if known:
+                options.key_types = known + [a for a in options.key_types if a not in known]
+            return transport
+
+        try:
+            client.connect(hop.hostname, hop.port, username=user, sock=sock, timeout=self.connect_timeout,
+                           banner_timeout=self.connect_timeout, auth_timeout=self.connect_timeout,
+                           channel_timeout=self.connect_timeout, auth_strategy=auth,
+                           transport_factory=transport_factory)
+        except TargetError:
+            client.close()
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            client.close()
+            raise HostUnreachable(f"the SSH handshake with {hop.hostname}:{hop.port} failed ({exc or type(exc).__name__})",
+                                  "check that this port is an SSH server; try again later", field="port") from None
+        client.get_transport().set_keepalive(max(1, int(self.keepalive_s)))
+        return client, auth.used
+
+    # ---- secrets ---------------------------------------------------------------------------
+    def _secret(self, hop: Hop, kind: str, prompt: str) -> str:
+        key = (hop.secrets_profile, kind)
+        if key in self._secrets:
+            return self._secrets[key]
+        problem = ""
+        try:
+            value = secrets.get_secret(hop.secrets_profile, kind)
+        except secrets.SecretsUnavailable as exc:
+            value, problem = None, f" (the keyring is not usable: {exc})"
+        if value is None and self.ask_secret is not None:
+            value = self.ask_secret(SecretRequest(hop.secrets_profile, kind, prompt))
+        if not value:
+            field = "auth" if kind == secrets.PASSWORD else "key_file"
+            raise TargetError(f"no {kind} for host profile {hop.secrets_profile!r}{problem}",
+                              f"store it in the keyring: ddpgui hosts edit {hop.secrets_profile} --set-secret",
+                              field=field)
+        self._secrets[key] = value
+        return value
+
+    def _forget(self, hop: Hop, kind: str) -> None:
+        self._secrets.pop((hop.secrets_profile, kind), None)
+
+    # ---- channels --------------------------------------------------------------------------
+    def _session(self) -> paramiko.Channel:
+        """A new session channel; a stale transport is replaced once (the command has not started yet)."""
+        try:
+            return self.transport().open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError):
+            with self._lock:
+                self._close_clients()
+        try:
+            return self.transport().open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise self._lost(f"while opening a channel ({exc})") from None
+
+    def alive(self) -> bool:
+        """Whether the connection answers (opens and closes a channel within the connect timeout)."""
+        with self._lock:
+            transport = self._clients[-1].get_transport() if self._clients else None
+        if transport is None or not transport.is_active():
+            return False
+        try:
+            transport.open_session(timeout=self.connect_timeout).close()
+        except (paramiko.SSHException, EOFError, OSError):
+            return False
+        return True
+
+    def _lost(self, what: str) -> ConnectionLost:
+        with self._lock:
+            self._close_clients()
+        return ConnectionLost(f"the connection to {self.label} dropped {what}",
+                              "it is reopened on the next command; a run on the host goes on")
+
+    def run(self, argv: list[str], stdin: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        """Run ``shlex.join(argv)`` in the login shell and collect its output."""
+        command = shlex.join(argv)
+        chan = self._session()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out, err = bytearray(), bytearray()
+        try:
+            chan.exec_command(command)
+            if stdin:
+                feeder = threading.Thread(target=_feed, args=(chan, stdin), daemon=True)
+                feeder.start()
+            else:
+                chan.shutdown_write()
+            while True:
+                _drain(chan, out, err)
+                if chan.closed:
+                    _drain(chan, out, err)
+                    break
+                wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if wait <= 0:
+                    chan.close()
+                    if not self.alive():
+                        raise self._lost(f"while running {argv[0]}")
+                    raise CommandTimeout(f"{command[:200]} did not finish within {timeout:g} s on {self.label}",
+                                         "the command was abandoned; it may still be running on the host",
+                                         argv, timeout)
+                select.select([chan], [], [], wait)
+            status = chan.recv_exit_status()
+            if status == -1 and not chan.get_transport().is_active():
+                raise self._lost(f"while running {argv[0]}")
+        except (paramiko.SSHException, EOFError) as exc:
+            raise self._lost(f"while running {argv[0]} ({exc})") from None
+        finally:
+            chan.close()
+        return CommandResult(status, bytes(out), bytes(err))
+
+    def start(self, argv: list[str]) -> paramiko.Channel:
+        """Start ``shlex.join(argv)`` and return its channel (stdin closed)."""
+        chan = self._session()
+        try:
+            chan.exec_command(shlex.join(argv))
+            chan.shutdown_write()
+        except (paramiko.SSHException, EOFError) as exc:
+            chan.close()
+            raise self._lost(f"while starting {argv[0]} ({exc})") from None
+        return chan
+
+    # ---- SFTP ------------------------------------------------------------------------------
+    def sftp_call(self, what: str, func: Callable[[paramiko.SFTPClient], object]) -> object:
+        """Run ``func(sftp)`` on the connection's one SFTP session; a dropped link raises ConnectionLost."""
+        with self._sftp_lock:
+            transport = self.transport()
+            try:
+                if self._sftp is None or self._sftp.get_channel().get_transport() is not transport:
+                    self._sftp = paramiko.SFTPClient.from_transport(transport)
+                return func(self._sftp)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                if not transport.is_active() or isinstance(exc, (paramiko.SSHException, EOFError)):
+                    self._sftp = None
+                    raise self._lost(f"during {what}") from None
+                raise
+
+    # ---- closing ---------------------------------------------------------------------------
+    def _close_clients(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+            self._sftp = None
+        for client in reversed(self._clients):
+            client.close()
+        self._clients = []
+
+    def close(self) -> None:
+        """Close SFTP and every hop's connection; runs on the host go on."""
+        with self._lock:
+            self._close_clients()
+
+
+def _feed(chan: paramiko.Channel, data: bytes) -> None:
+    try:
+        chan.sendall(data)
+        chan.shutdown_write()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass  # the command ended or the link dropped: the reader reports it
+
+
+def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> None:
+    while chan.recv_ready():
+        out += chan.recv(1 << 16)
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(1 << 16)
+
+
+class _ChannelStream(Stream):
+    """stdout of a remote command; stderr is discarded, as for local targets."""
+
+    def __init__(self, chan: paramiko.Channel, conn: SSHConnection):
+        self._chan = chan
+        self._conn = conn
+
+    def read(self, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        chan = self._chan
+        while True:
+            while chan.recv_stderr_ready():
+                chan.recv_stderr(1 << 16)
+            if chan.recv_ready():
+                return chan.recv(1 << 20)
+            if chan.eof_received or chan.closed:
+                if not chan.get_transport().is_active():
+                    raise self._conn._lost("while streaming")
+                return b""
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            select.select([chan], [], [], min(left, 1.0))
+
+    def close(self) -> None:
+        """Close the channel; the remote command gets EOF/SIGPIPE, a detached run goes on."""
+        self._chan.close()
+
+
+class SSHTarget(Target):
+    """A host profile reached over SSH; behaves like :class:`~ddpgui.core.targets.local.LocalTarget`."""
+
+    def __init__(self, profile: HostProfile, connection: SSHConnection):
+        self.profile = profile
+        self.name = profile.name
+        self.connection = connection
+        self._home: str | None = None
+        self._root: str | None = None
+
+    def exec(self, argv: list[str], stdin: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
+        return self.connection.run(argv, stdin=stdin, timeout=timeout)
+
+    def stream(self, argv: list[str]) -> Stream:
+        return _ChannelStream(self.connection.start(argv), self.connection)
+
+    def home(self) -> str:
+        """$HOME on the host (asked once through a quoted command, then cached)."""
+        if self._home is None:
+            result = self.exec(["sh", "-c", 'printf "%s" "$HOME"'], timeout=30)
+            home = result.stdout.decode("utf-8", "replace")
+            if result.rc != 0 or not home.startswith("/"):
+                raise TargetError(f"cannot find the home directory on {self.name}",
+                                  "use absolute paths for the run root and python in the host profile",
+                                  field="run_root")
+            self._home = home
+        return self._home
+
+    def _expand(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return posixpath.join(self.home(), path[2:]) if path != "~" else self.home()
+        return path
+
+    @property
+    def python(self) -> str:
+        """The profile's interpreter, ``~/`` expanded on the host (quoted argv gets no shell expansion)."""
+        return self._expand(self.profile.python)
+
+    def run_root(self) -> str:
+        """The profile's run root with ``~`` expanded on the host."""
+        if self._root is None:
+            self._root = posixpath.normpath(self._expand(self.profile.run_root))
+        return self._root
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        tmp = posixpath.join(posixpath.dirname(path), f".tmp-{token.token_hex(8)}")
+
+        def write(sftp: paramiko.SFTPClient) -> None:
+            try:
+                with sftp.open(tmp, "wb") as fh:
+                    fh.chmod(mode)
+                    fh.set_pipelined(True)
+                    fh.write(data)
+                sftp.posix_rename(tmp, path)
+            except BaseException:
+                try:
+                    sftp.remove(tmp)
+                except (OSError, paramiko.SSHException, EOFError):
+                    pass
+                raise
+
+        self.connection.sftp_call(f"writing {path}", write)
+
+    def read_file(self, path: str) -> bytes:
+        def read(sftp: paramiko.SFTPClient) -> bytes:
+            with sftp.open(path, "rb") as fh:
+                fh.prefetch()
+                return fh.read()
+
+        return self.connection.sftp_call(f"reading {path}", read)
+
+    def makedirs(self, path: str, mode: int = 0o700) -> None:
+        def mkdirs(sftp: paramiko.SFTPClient) -> None:
+            missing = []
+            current = posixpath.normpath(path)
+            while True:
+                try:
+                    sftp.stat(current)
+                    break
+                except FileNotFoundError:
+                    missing.append(current)
+                    parent = posixpath.dirname(current)
+                    if parent == current:
+                        break
+                    current = parent
+            for directory in reversed(missing):
+                sftp.mkdir(directory, mode)
+            sftp.chmod(path, mode)
+
+        self.connection.sftp_call(f"creating {path}", mkdirs)
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,162 @@
+"""Uploading the user's script directory ("your own script" mode) through any Target.
+
+Skips version-control and cache directories, virtualenvs and conda envs, and
+files over a size cap (all reported).  A manifest on the host records the
+sha256 of every file uploaded, so the next upload sends only what changed and
+deletes what was uploaded before but is gone here.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .targets.base import Progress, Target
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIZE_CAP = 50 * 2**20
+MANIFEST = ".ddpgui-manifest.json"
+MANIFEST_SCHEMA = 1
+#: Directories never uploaded, by name.
+SKIP_DIRS = {
+    ".git": "version control", ".hg": "version control", ".svn": "version control",
+    "__pycache__": "Python cache", ".mypy_cache": "cache", ".pytest_cache": "cache",
+    ".ipynb_checkpoints": "notebook checkpoints", ".venv": "a virtualenv", "venv": "a virtualenv",
+}
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    rel: str  # POSIX path relative to the directory
+    path: Path
+    size: int
+    sha256: str
+    executable: bool
+
+
+@dataclass
+class UploadResult:
+    remote_dir: str
+    files: int = 0  # files that belong on the host after this upload
+    uploaded: list[str] = field(default_factory=list)
+    uploaded_bytes: int = 0
+    unchanged: int = 0
+    removed: list[str] = field(default_factory=list)  # uploaded before, gone here now
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
+
+
+def _skip_dir_reason(path: Path) -> str | None:
+    if path.name in SKIP_DIRS:
+        return SKIP_DIRS[path.name]
+    if (path / "pyvenv.cfg").is_file():
+        return "a virtualenv (has pyvenv.cfg)"
+    if (path / "conda-meta").is_dir():
+        return "a conda environment (has conda-meta)"
+    if path.is_symlink():
+        return "a symbolic link to a directory (not followed)"
+    return None
+
+
+def scan(local_dir: str | Path, size_cap: int = DEFAULT_SIZE_CAP) -> tuple[list[LocalFile], list[tuple[str, str]]]:
+    """The files to upload (hashed) and what was skipped, with reasons."""
+    root = Path(local_dir).resolve()
+    if not root.is_dir():
+        raise NotADirectoryError(f"{local_dir} is not a directory")
+    files: list[LocalFile] = []
+    skipped: list[tuple[str, str]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in sorted(dirnames):
+            reason = _skip_dir_reason(here / name)
+            if reason:
+                skipped.append(((here / name).relative_to(root).as_posix() + "/", reason))
+                dirnames.remove(name)
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = here / name
+            rel = path.relative_to(root).as_posix()
+            try:
+                info = path.stat()
+            except OSError:
+                skipped.append((rel, "a broken symbolic link"))
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                skipped.append((rel, "not a regular file"))
+                continue
+            if info.st_size > size_cap:
+                skipped.append((rel, f"{info.st_size / 2**20:.1f} MiB is over the {size_cap / 2**20:g} MiB cap"))
+                continue
+            try:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError as exc:
+                skipped.append((rel, f"cannot read it: {exc.strerror or exc}"))
+                continue
+            files.append(LocalFile(rel, path, info.st_size, digest, bool(info.st_mode & stat.S_IXUSR)))
+    return files, skipped
+
+
+def default_remote_dir(target: Target, local_dir: str | Path) -> str:
+    """``<run root>/scripts/<dir name>-<hash of its local path>``: one stable place per local directory."""
+    root = Path(local_dir).resolve()
+    tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return posixpath.join(target.run_root(), "scripts", f"{root.name}-{tag}")
+
+
+def _read_manifest(target: Target, path: str) -> dict[str, str]:
+    try:
+        data = json.loads(target.read_file(path))
+    except (FileNotFoundError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("files"), dict):
+        return {}
+    return {rel: h for rel, h in data["files"].items() if isinstance(rel, str) and isinstance(h, str)}
+
+
+def upload_dir(target: Target, local_dir: str | Path, remote_dir: str | None = None, *,
+               size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None) -> UploadResult:
+    """Bring ``remote_dir`` up to date with ``local_dir``; returns what was done."""
+    files, skipped = scan(local_dir, size_cap)
+    remote_dir = remote_dir or default_remote_dir(target, local_dir)
+    manifest_path = posixpath.join(remote_dir, MANIFEST)
+    target.makedirs(remote_dir, 0o700)
+    before = _read_manifest(target, manifest_path)
+    changed = [f for f in files if before.get(f.rel) != f.sha256]
+    result = UploadResult(remote_dir=remote_dir, files=len(files), unchanged=len(files) - len(changed),
+                          skipped=skipped)
+    total = sum(f.size for f in changed)
+    if progress:
+        progress(0, total, 0, len(changed))
+    made = {remote_dir}
+    for f in changed:
+        destination = posixpath.join(remote_dir, f.rel)
+        parent = posixpath.dirname(destination)
+        if parent not in made:
+            target.makedirs(parent, 0o700)
+            made.add(parent)
+        target.write_file(destination, f.path.read_bytes(), 0o755 if f.executable else 0o644)
+        result.uploaded.append(f.rel)
+        result.uploaded_bytes += f.size
+        if progress:
+            progress(result.uploaded_bytes, total, len(result.uploaded), len(changed))
+    current = {f.rel for f in files}
+    result.removed = sorted(rel for rel in before if rel not in current)
+    if result.removed:
+        target.exec(["rm", "-f", "--", *(posixpath.join(remote_dir, rel) for rel in result.removed)])
+    manifest = {"schema": MANIFEST_SCHEMA, "files": {f.rel: f.sha256 for f in files}}
+    target.write_file(manifest_path, json.dumps(manifest, indent=1, ensure_ascii=False).encode(), 0o600)
+    return result
+
+
+def upload_script_dir(target: Target, local_dir: str | Path, remote_dir: str | None = None, *,
+                      size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None) -> str:
+    """:func:`upload_dir` for callers that need only the remote directory; what was skipped is logged."""
+    result = upload_dir(target, local_dir, remote_dir, size_cap=size_cap, progress=progress)
+    for rel, why in result.skipped:
+        log.warning("not uploaded from %s: %s (%s)", local_dir, rel, why)
+    return result.remote_dir

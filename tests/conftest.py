@@ -1,0 +1,61 @@
+"""Suite-wide setup: private app dirs, an in-memory keyring, offscreen Qt.
+
+One session-wide tmp directory holds the app's config, data and cache dirs
+(``DDPGUI_CONFIG_DIR`` / ``DDPGUI_DATA_DIR`` / ``DDPGUI_CACHE_DIR``), so the
+tests never touch the user's real files and ``tests/zz_last`` can inspect
+everything the suite wrote.
+"""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+from keyring.errors import PasswordDeleteError
+
+_APP_ROOT = Path(tempfile.mkdtemp(prefix="ddpgui-tests-"))
+for _env, _sub in (("DDPGUI_CONFIG_DIR", "config"), ("DDPGUI_DATA_DIR", "data"), ("DDPGUI_CACHE_DIR", "cache")):
+    os.environ[_env] = str(_APP_ROOT / _sub)
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+class MemoryKeyring(KeyringBackend):
+    """A keyring that lives in a dict; tests that must prove the real Secret Service use their own fixture."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.entries.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.entries[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        try:
+            del self.entries[(service, username)]
+        except KeyError:
+            raise PasswordDeleteError(username) from None
+
+
+@pytest.fixture(scope="session")
+def app_dirs() -> dict[str, Path]:
+    """The session's config, data and cache dirs."""
+    return {name: _APP_ROOT / name for name in ("config", "data", "cache")}
+
+
+@pytest.fixture(autouse=True)
+def memory_keyring() -> MemoryKeyring:
+    """Every test gets a fresh in-memory keyring, so none can reach the user's real one."""
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    return backend
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    shutil.rmtree(_APP_ROOT, ignore_errors=True)

@@ -1,0 +1,106 @@
+"""Metrics from a user script's printed lines."""
+import json
+import re
+
+import pytest
+
+from remote_runner.scriptmode import MAX_LINE, ScriptMetrics, parse_metric_line
+
+
+@pytest.mark.parametrize("line,expected", [
+    ("Epoch 0, Step 10, Loss: 1.2341", {"epoch": 0, "step": 10, "loss": 1.2341}),
+    ("iter 10: loss 4.2312, time 31.2ms", {"step": 10, "loss": 4.2312, "step_time_ms": 31.2}),
+    ("iter 20: loss 3.9, time 31.20ms, mfu 12.50%", {"step": 20, "loss": 3.9, "step_time_ms": 31.2, "mfu": 0.125}),
+    ("step 250: train loss 2.1234, val loss 2.3456", {"step": 250, "train_loss": 2.1234, "val_loss": 2.3456}),
+    ("step=10 loss=0.5", {"step": 10, "loss": 0.5}),
+    ("STEP=10 LOSS=5e-1 LR=3E-4", {"step": 10, "loss": 0.5, "lr": 3e-4}),
+    ("step 7 loss 0.25 time 0.5s", {"step": 7, "loss": 0.25, "step_time_ms": 500.0}),
+    ("Step 10/1000 | loss 0.7", {"step": 10, "loss": 0.7}),
+    ('{"iter": 10, "loss": 0.5, "note": "x", "ok": true}', {"step": 10, "loss": 0.5}),
+    ('{"Iteration": 3, "accuracy": 0.75}', {"step": 3, "accuracy": 0.75}),
+    ("{'loss': 0.5, 'learning_rate': 5e-05, 'epoch': 0.12}", {"loss": 0.5, "lr": 5e-05, "epoch": 0.12}),
+    ("Epoch 1: 100%|#####| 10/10 [00:01<00:00, 9.5it/s, loss=0.5]", {"epoch": 1, "loss": 0.5}),
+    ("2024-05-01 12:00:00 INFO step 3 loss 1.5", {"step": 3, "loss": 1.5}),
+    ("epoch 2 accuracy 0.91", {"epoch": 2, "accuracy": 0.91}),
+    ("\x1b[32mstep 3 loss 0.5\x1b[0m", {"step": 3, "loss": 0.5}),
+    ("step 1 loss 2.0\rstep 2 loss 1.0", {"step": 2, "loss": 1.0}),
+])
+def test_printed_forms(line, expected):
+    assert parse_metric_line(line) == expected
+
+
+def test_integer_counters_are_ints():
+    record = parse_metric_line("step=10.0 loss=1")
+    assert record == {"step": 10, "loss": 1.0} and isinstance(record["step"], int)
+
+
+@pytest.mark.parametrize("line,expected", [
+    ("step 5 loss nan", {"step": 5, "loss": None}),
+    ("loss: NaN", {"loss": None}),
+    ("step 6 loss -inf lr 1e-3", {"step": 6, "loss": None, "lr": 1e-3}),
+    ('{"step": 7, "loss": Infinity}', {"step": 7, "loss": None}),
+    ('{"step": 8, "loss": %s}' % ("9" * 400), {"step": 8, "loss": None}),
+])
+def test_non_finite_values_become_none(line, expected):
+    assert parse_metric_line(line) == expected
+
+
+@pytest.mark.parametrize("line", [
+    "", "   ", "Using 4 GPUs", "Epoch 3/10", "Loading checkpoint step 1000", "Saving model_5.pt",
+    "Traceback (most recent call last):", "step10 loss", "Influence of information", "[1, 2, 3]",
+    '{"event": "start", "count": 3}', '{"loss": "high"}', "{not json step 1}", "loss: high",
+])
+def test_lines_without_metrics(line):
+    assert parse_metric_line(line) is None
+
+
+@pytest.mark.parametrize("line", [
+    "a" * (MAX_LINE - 1) + "1",
+    " " * (MAX_LINE - 1) + "1",
+    "loss" + " " * (MAX_LINE - 4),
+    "a " * (MAX_LINE // 2 - 1) + "1",
+    "-" * (MAX_LINE - 1) + "1",
+    "{" * (MAX_LINE // 2) + "}" * (MAX_LINE // 2),
+    "[" * 3000 + "1" + "]" * 3000,
+    "x" * 10 ** 6 + " loss 1",
+    "\x00\x01\x02 loss \x7f 1 \udcff step 2",
+    "loss=1e99999 step=1",
+    "\u202e loss \u0661\u0662",
+])
+def test_hostile_text_is_handled(line):
+    record = parse_metric_line(line)
+    assert record is None or all(v is None or isinstance(v, (int, float)) for v in record.values())
+
+
+def test_overlong_lines_are_not_parsed():
+    assert parse_metric_line("step 1 loss 0.5 " + " " * MAX_LINE) is None
+
+
+def test_user_regex_named_groups():
+    regex = re.compile(r"it (?P<step>\d+) l=(?P<loss>\S+)(?: acc=(?P<Acc>\S+))?")
+    assert parse_metric_line("it 5 l=0.3 acc=0.9", regex) == {"step": 5, "loss": 0.3, "acc": 0.9}
+    assert parse_metric_line("it 6 l=2e-1", regex) == {"step": 6, "loss": 0.2}
+    assert parse_metric_line("it 7 l=0.1 acc=high", regex) == {"step": 7, "loss": 0.1}
+    assert parse_metric_line("it 8 l=nan", regex) == {"step": 8, "loss": None}
+    # only the user's pattern is read: a built-in form does not match it
+    assert parse_metric_line("step=10 loss=0.5", regex) is None
+
+
+def test_script_metrics_writes_records_and_counts_steps(tmp_path):
+    lines = ["starting", "loss 0.9", "Epoch 0 | train loss 0.8", "noise 12", "step 10 loss 0.7", "loss nan"]
+    spool = tmp_path / "metrics.jsonl"
+    with ScriptMetrics(str(spool), world_size=2) as metrics:
+        fed = [metrics.feed(line + "\n") for line in lines]  # as read from the pipe
+    records = [json.loads(line) for line in spool.read_text().splitlines()]
+    assert [r is not None for r in fed] == [False, True, True, False, True, True]
+    assert [r["seq"] for r in records] == [0, 1, 2, 3]
+    assert [r["step"] for r in records] == [1, 2, 10, 4]
+    assert [r.get("loss") for r in records] == [0.9, None, 0.7, None]
+    assert records[1]["train_loss"] == 0.8 and records[1]["epoch"] == 0
+    assert all(r["phase"] == "script" and r["world_size"] == 2 and isinstance(r["t"], float) for r in records)
+
+
+def test_script_metrics_with_a_regex_string(tmp_path):
+    with ScriptMetrics(str(tmp_path / "metrics.jsonl"), r"batch (?P<step>\d+) cost (?P<loss>\S+)") as metrics:
+        assert metrics.feed("batch 3 cost 0.5") == {"step": 3, "loss": 0.5, "phase": "script"}
+        assert metrics.feed("step 4 loss 0.4") is None

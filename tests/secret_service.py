@@ -1,0 +1,87 @@
+"""A real Secret Service (gnome-keyring-daemon on a private D-Bus) for the tests that prove secrets go there.
+
+Use the ``secret_service`` fixture by importing it into a test module::
+
+    from secret_service import secret_service_daemon, secret_service  # noqa: F401
+
+Needs the apt packages ``dbus`` and ``gnome-keyring`` and the pip package
+``secretstorage``; without them the tests skip and say so.
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import keyring
+import pytest
+
+UNLOCK_PASSWORD = b"login-keyring-password-for-tests"
+_MISSING = ("a real Secret Service is needed: apt-get install -y dbus gnome-keyring; "
+            "pip install secretstorage")
+
+
+def _default_unlocked(connection) -> bool:
+    import secretstorage
+
+    try:
+        return not secretstorage.Collection(connection).is_locked()
+    except secretstorage.exceptions.ItemNotFoundException:
+        return False
+
+
+@pytest.fixture(scope="session")
+def secret_service_daemon():
+    """A private session bus with gnome-keyring-daemon's secrets component, its login keyring unlocked."""
+    if not (shutil.which("dbus-daemon") and shutil.which("gnome-keyring-daemon")):
+        pytest.skip("SKIPPED LOUDLY: dbus-daemon or gnome-keyring-daemon is missing — " + _MISSING)
+    try:
+        import secretstorage
+    except ImportError:
+        pytest.skip("SKIPPED LOUDLY: the secretstorage package is missing — " + _MISSING)
+    root = Path(tempfile.mkdtemp(prefix="ddpgui-secret-service-"))
+    (root / "home").mkdir()
+    (root / "run").mkdir(mode=0o700)
+    env = dict(os.environ, HOME=str(root / "home"), XDG_RUNTIME_DIR=str(root / "run"),
+               XDG_DATA_HOME=str(root / "home/.local/share"), XDG_CONFIG_HOME=str(root / "home/.config"))
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1",
+                            f"--address=unix:path={root / 'run/bus'}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    address = bus.stdout.readline().decode().strip()
+    env["DBUS_SESSION_BUS_ADDRESS"] = address
+    daemon = subprocess.Popen(["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    daemon.stdin.write(UNLOCK_PASSWORD)
+    daemon.stdin.close()
+    old = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
+    os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
+    try:
+        for _ in range(100):  # until the unlocked login keyring is the default collection
+            with secretstorage.dbus_init() as connection:
+                if secretstorage.check_service_availability(connection) and _default_unlocked(connection):
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail("gnome-keyring-daemon did not offer an unlocked default collection within 10 s")
+    finally:
+        if old is None:
+            del os.environ["DBUS_SESSION_BUS_ADDRESS"]
+        else:
+            os.environ["DBUS_SESSION_BUS_ADDRESS"] = old
+    yield address
+    for proc in (daemon, bus):
+        proc.terminate()
+        proc.wait(timeout=10)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def secret_service(secret_service_daemon, monkeypatch):
+    """keyring's SecretService backend talking to the private daemon (for this test only)."""
+    from keyring.backends import SecretService
+
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", secret_service_daemon)
+    backend = SecretService.Keyring()
+    keyring.set_keyring(backend)
+    return backend

@@ -1,0 +1,301 @@
+"""A real OpenSSH server (and a second one as jump host) on 127.0.0.1 for the SSH tests.
+
+Both sshd run as this user (root on CI) from a private config: temp host keys,
+a temp authorized_keys, ``UsePAM no``, ``StrictModes no``.  When the tests run
+as root they log in to a throwaway account made with ``useradd`` (home in a
+temp dir, password set with ``chpasswd``): password auth is tested for real and
+hostile text can only ever hurt that account's temp home.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ddpgui.core.host_keys import KnownHosts
+from ddpgui.core.hosts import HostProfile, HostStore
+from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
+
+SSHD = "/usr/sbin/sshd"
+IS_ROOT = os.geteuid() == 0
+
+
+def _ensure_openssh() -> None:
+    if os.path.exists(SSHD) and shutil.which("ssh-keygen"):
+        return
+    if IS_ROOT and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "openssh-server", "openssh-client"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    if not os.path.exists(SSHD):
+        pytest.skip("SKIPPED LOUDLY: the SSH tests need a real OpenSSH server and it could not be installed: "
+                    "run `apt-get install -y openssh-server openssh-client` (as root) and run the tests again")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path, kind: str = "ed25519", passphrase: str = "") -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", passphrase, "-C", path.name, "-f", str(path)], check=True)
+    return path
+
+
+@dataclass
+class Account:
+    """Who the tests log in as."""
+
+    user: str
+    home: Path
+    password: str | None  # None: no account with a password could be made
+    python: str  # an interpreter this account can run
+    sacrificial: bool  # a throwaway account whose home is a temp dir
+
+
+@dataclass
+class SSHServer:
+    """One running sshd."""
+
+    name: str
+    port: int
+    config: Path
+    log: Path
+    host_keys: list[Path]
+    proc: subprocess.Popen | None = None
+    host: str = "127.0.0.1"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([SSHD, "-D", "-f", str(self.config), "-E", str(self.log)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd {self.name} exited: {self.log.read_text(errors='replace')}")
+            try:
+                socket.create_connection((self.host, self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd {self.name} did not listen on {self.port}: {self.log.read_text(errors='replace')}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def connection_processes(self) -> list[int]:
+        """The per-connection sshd processes (monitor and its unprivileged child) under the listener."""
+        parents: dict[int, list[tuple[int, str]]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append((int(entry.name), comm))
+        found, todo = [], [self.proc.pid]
+        while todo:
+            for pid, comm in parents.get(todo.pop(), []):
+                if comm == "sshd":
+                    found.append(pid)
+                    todo.append(pid)
+        return found
+
+    def drop_connections(self) -> int:
+        """SIGKILL every per-connection sshd: the clients see their link drop. Returns how many were killed."""
+        pids = self.connection_processes()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def freeze_connections(self) -> list[int]:
+        """SIGSTOP every per-connection sshd: the link goes silent but stays open, like a dead route."""
+        pids = self.connection_processes()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def known_hosts_lines(self) -> str:
+        name = f"[{self.host}]:{self.port}"
+        return "".join(f"{name} {(k.with_suffix('.pub')).read_text().split()[0]} "
+                       f"{(k.with_suffix('.pub')).read_text().split()[1]}\n" for k in self.host_keys)
+
+
+@dataclass
+class SSHEnv:
+    root: Path
+    server: SSHServer
+    jump: SSHServer
+    account: Account
+    key_plain: Path
+    key_locked: Path  # protected by KEY_PASSPHRASE
+    key_stranger: Path  # not in authorized_keys
+    extra: dict = field(default_factory=dict)
+
+    def known_hosts(self, directory: Path, *, trust: tuple[SSHServer, ...] | None = None) -> KnownHosts:
+        """A KnownHosts whose OpenSSH-side file (in ``directory``) trusts ``trust`` (default: both servers)."""
+        shared = directory / "ssh_known_hosts"
+        shared.write_text("".join(s.known_hosts_lines() for s in (trust if trust is not None
+                                                                   else (self.server, self.jump))))
+        return KnownHosts(shared_files=[shared], app_file=directory / "app_known_hosts")
+
+    def run_root(self, label: str) -> str:
+        """Under the account's home (``~/``) when it is a throwaway one; else in the temp dir."""
+        return f"~/{label}" if self.account.sacrificial else str(self.root / label)
+
+    def profile(self, name: str = "box", **fields) -> HostProfile:
+        values = dict(name=name, hostname="127.0.0.1", port=self.server.port, user=self.account.user,
+                      auth="key", key_file=str(self.key_plain), python=self.account.python,
+                      run_root=self.run_root(f"ddpgui root {name} ✓"))
+        values.update(fields)
+        return HostProfile(**values)
+
+    def store(self, directory: Path, *profiles: HostProfile) -> HostStore:
+        store = HostStore(directory / "hosts.json")
+        for profile in profiles:
+            (store.update if profile.name in store else store.add)(profile)
+        return store
+
+    def target(self, directory: Path, profile: HostProfile | None = None, *, store: HostStore | None = None,
+               **kwargs) -> SSHTarget:
+        profile = profile or self.profile()
+        store = store or self.store(directory, profile)
+        if "known_hosts" not in kwargs:
+            kwargs["known_hosts"] = self.known_hosts(directory)
+        kwargs.setdefault("reconnect_attempts", 3)
+        kwargs.setdefault("backoff_s", 0.2)
+        return SSHTarget(profile, SSHConnection(store.route(profile.name), **kwargs))
+
+
+def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path]) -> Path:
+    config = root / f"sshd_{name}.conf"
+    config.write_text("\n".join([
+        f"Port {port}",
+        "ListenAddress 127.0.0.1",
+        *(f"HostKey {k}" for k in host_keys),
+        f"AuthorizedKeysFile {root / 'authorized_keys'}",
+        "UsePAM no",
+        "StrictModes no",
+        "PasswordAuthentication yes",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password",
+        "AllowTcpForwarding yes",
+        "PidFile none",
+        "MaxSessions 64",
+        "MaxStartups 64",
+        "LogLevel VERBOSE",
+        "Subsystem sftp internal-sftp",
+        "",
+    ]))
+    subprocess.run([SSHD, "-t", "-f", str(config)], check=True)
+    return config
+
+
+def _make_account(root: Path) -> Account:
+    """A throwaway account with a password when we are root; else ourselves, without a password."""
+    if IS_ROOT and shutil.which("useradd") and shutil.which("chpasswd"):
+        user = "ddpgt" + secrets.token_hex(4)
+        home = root / "home"
+        made = subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", user], capture_output=True)
+        if made.returncode == 0:
+            home.mkdir()
+            shutil.chown(home, user, user)
+            subprocess.run(["chpasswd"], input=f"{user}:{ACCOUNT_PASSWORD}".encode(), check=True)
+            python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
+            return Account(user, home, ACCOUNT_PASSWORD, python, sacrificial=True)
+    return Account(getpass.getuser(), Path.home(), None, sys.executable, sacrificial=False)
+
+
+def _kill_processes_of(user: str) -> None:
+    """SIGKILL, by pid, what the tests left running as the throwaway account (userdel refuses otherwise)."""
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and entry.stat().st_uid == uid \
+                        and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def ssh_env():
+    """Two sshd (target and jump host), client keys, and the account to log in to."""
+    _ensure_openssh()
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="ddpgui-sshd-"))
+    root.chmod(0o755)  # the throwaway account must read authorized_keys and reach its home
+    key_plain = _keygen(root / "id_plain")
+    key_locked = _keygen(root / "id_locked", passphrase=KEY_PASSPHRASE)
+    key_stranger = _keygen(root / "id_stranger")
+    (root / "authorized_keys").write_text(
+        key_plain.with_suffix(".pub").read_text() + key_locked.with_suffix(".pub").read_text())
+    (root / "authorized_keys").chmod(0o644)
+    server_keys = [_keygen(root / "host_ed25519"), _keygen(root / "host_ecdsa", "ecdsa")]
+    jump_keys = [_keygen(root / "jump_ed25519")]
+    servers = []
+    for name, keys in (("target", server_keys), ("jump", jump_keys)):
+        for _ in range(5):  # a port picked free can be taken before sshd binds it
+            port = _free_port()
+            server = SSHServer(name, port, _sshd_config(root, name, port, keys), root / f"sshd_{name}.log", keys)
+            try:
+                server.start()
+                break
+            except RuntimeError:
+                server.stop()
+        else:
+            raise RuntimeError(f"sshd {name} could not start: {server.log.read_text(errors='replace')}")
+        servers.append(server)
+    account = _make_account(root)
+    env = SSHEnv(root, servers[0], servers[1], account, key_plain, key_locked, key_stranger)
+    try:
+        yield env
+    finally:
+        for server in servers:
+            server.stop()
+        if account.sacrificial:
+            _kill_processes_of(account.user)
+            removed = subprocess.run(["userdel", account.user], capture_output=True, text=True)
+            if removed.returncode != 0:
+                print(f"WARNING: could not remove the test account {account.user}: {removed.stderr}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def sacrificial(ssh_env: SSHEnv) -> SSHEnv:
+    """The SSH env, only where its account is a throwaway one (hostile text must not meet a real home)."""
+    if not ssh_env.account.sacrificial:
+        pytest.skip("SKIPPED LOUDLY: hostile-text tests run only against a throwaway account, which needs root "
+                    "(useradd); CI runs as root")
+    return ssh_env
