@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: run test bench system-deps clean
+.PHONY: run demo test bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ $(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-app
 	touch $@
 
 run: $(VENV)/.stamp-app
+	$(PY) -m ddpgui
+
+demo: $(VENV)/.stamp-app
 	$(PY) -m ddpgui launch local --workload mlp --nproc 2 --steps 200 --precision bf16 --compile off --follow
 
 system-deps:

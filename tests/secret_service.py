@@ -18,6 +18,18 @@ import keyring
 import pytest
 
 UNLOCK_PASSWORD = b"login-keyring-password-for-tests"
+_BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={socket}</listen>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
 _MISSING = ("a real Secret Service is needed: apt-get install -y dbus gnome-keyring; "
             "pip install secretstorage")
 
@@ -45,8 +57,10 @@ def secret_service_daemon():
     (root / "run").mkdir(mode=0o700)
     env = dict(os.environ, HOME=str(root / "home"), XDG_RUNTIME_DIR=str(root / "run"),
                XDG_DATA_HOME=str(root / "home/.local/share"), XDG_CONFIG_HOME=str(root / "home/.config"))
-    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1",
-                            f"--address=unix:path={root / 'run/bus'}"],
+    # A bus without service directories: nothing can be D-Bus-activated, so no second keyring daemon
+    # (auto-started by an early query) can take the Secret Service name from ours.
+    (root / "bus.conf").write_text(_BUS_CONFIG.format(socket=root / "run/bus"))
+    bus = subprocess.Popen(["dbus-daemon", "--config-file", str(root / "bus.conf"), "--nofork", "--print-address=1"],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     address = bus.stdout.readline().decode().strip()
     env["DBUS_SESSION_BUS_ADDRESS"] = address

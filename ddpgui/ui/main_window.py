@@ -1,0 +1,289 @@
+"""The main window: hosts and launch on the left, runs table and live dashboard on the right."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QFileDialog, QMainWindow, QMessageBox, QSplitter, QSystemTrayIcon, QTabWidget,
+                               QVBoxLayout, QWidget)
+
+from ddpgui.core.host_keys import HostKeyChanged
+from ddpgui.core.hosts import HostStore
+from ddpgui.core.manager import RunManager, RunUpdate
+from ddpgui.core.store import RunStore
+from ddpgui.core.targets.factory import open_target
+
+from .bridge import RunUpdates
+from .dialogs.host_key import ChangedHostKeyDialog
+from .prompts import Prompts
+from .widgets.dashboard import Dashboard
+from .widgets.hosts_panel import HostsPanel
+from .widgets.launch_panel import LaunchPanel
+from .widgets.runs_table import RunsTable
+from .workers import WorkerPool
+
+FINAL = ("finished", "failed", "stopped")
+
+
+def test_host(manager: RunManager, host: str):
+    """Worker: connect, deploy the runner and probe; yields progress text, returns the probe report."""
+    yield "connecting"
+    try:
+        target = manager.target(host)
+        yield "probing"
+        return target.probe()
+    except Exception:
+        manager.drop_target(host)  # the next try reconnects from scratch
+        raise
+
+
+def launch_run(manager: RunManager, host: str, settings: dict, progress):
+    """Worker: deploy, upload and launch (``progress`` is thread-safe); returns the RunRecord."""
+    progress(0, 0, "connecting and uploading the runner…")
+    return manager.launch(host, settings, progress=lambda done, total, files, nfiles: progress(
+        done, total, f"uploading {files}/{nfiles} files"))
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, store: RunStore | None = None, hosts: HostStore | None = None,
+                 settings: QSettings | None = None, manager: RunManager | None = None):
+        super().__init__()
+        self.setWindowTitle("ddpgui")
+        self.setObjectName("main_window")
+        self.settings = settings or QSettings("ddpgui", "ddpgui")
+        self.store = store or RunStore()
+        self.hosts = hosts or HostStore()
+        self.prompts = Prompts(self)
+        self.manager = manager or RunManager(self.store, self.hosts, lambda name: open_target(
+            name, self.hosts, confirm_host_key=self.prompts.confirm_host_key, ask_secret=self.prompts.ask_secret))
+        self.workers = WorkerPool()
+        self.updates = RunUpdates(self.manager)
+        self.tray: QSystemTrayIcon | None = None
+
+        self.hosts_panel = HostsPanel(self.hosts)
+        self.launch_panel = LaunchPanel()
+        self.runs_table = RunsTable(self.store)
+        self.dashboard = Dashboard(self.store)
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(self.hosts_panel)
+        left.addWidget(self.launch_panel)
+        left.setSizes([260, 560])
+        self.tabs = QTabWidget(objectName="main_tabs")
+        self.tabs.addTab(self.dashboard, "Dashboard")
+        runs_page = QWidget()
+        QVBoxLayout(runs_page).addWidget(self.runs_table)
+        self.tabs.addTab(runs_page, "Runs")
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="main_splitter")
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([380, 1000])
+        self.setCentralWidget(self.splitter)
+
+        self.hosts_panel.host_selected.connect(self._host_selected)
+        self.hosts_panel.test_requested.connect(self.test_connection)
+        self.hosts_panel.hosts_changed.connect(self._update_prices)
+        self.launch_panel.launch_requested.connect(self.launch)
+        self.runs_table.run_selected.connect(self.show_run)
+        self.runs_table.action_requested.connect(self.run_action)
+        self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
+        self.updates.update.connect(self._on_update)
+        self._shortcuts()
+        self._restore()
+        self._update_prices()
+        QTimer.singleShot(0, self._reattach)
+
+    # ---- setup -----------------------------------------------------------------------------
+    def _shortcuts(self) -> None:
+        for keys, slot in (("Ctrl+Return", self.launch_panel.request_launch),
+                           ("Ctrl+.", lambda: self.stop_runs([self.dashboard.run_id] if self.dashboard.run_id else [])),
+                           ("F5", self.refresh), ("Ctrl+F", self._focus_find), ("Ctrl+Q", self.close)):
+            action = QAction(self, shortcut=QKeySequence(keys))
+            action.triggered.connect(slot)
+            self.addAction(action)
+
+    def _restore(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1400, 860)
+        state = self.settings.value("window/splitter")
+        if state is not None:
+            self.splitter.restoreState(state)
+        for name in self.hosts.names():
+            cached = self.settings.value(f"probes/{name}")
+            if cached:
+                try:
+                    self.hosts_panel.probes[name] = json.loads(cached)
+                except ValueError:
+                    pass
+        last = self.settings.value("launch/settings")
+        if last:
+            try:
+                self.launch_panel.apply_settings(json.loads(last))
+            except (ValueError, TypeError, KeyError):
+                pass
+        self.dashboard.smoothing.setValue(int(self.settings.value("plots/smoothing", 60)))
+        self.dashboard.log_y.setChecked(self.settings.value("plots/log_y", "false") in (True, "true"))
+        self.hosts_panel.reload(self.settings.value("hosts/last", "local"))
+        self._host_selected(self.hosts_panel.current())
+
+    def _save_settings(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/splitter", self.splitter.saveState())
+        self.settings.setValue("hosts/last", self.hosts_panel.current())
+        self.settings.setValue("launch/settings", json.dumps(self.launch_panel.settings()))
+        self.settings.setValue("plots/smoothing", self.dashboard.smoothing.value())
+        self.settings.setValue("plots/log_y", self.dashboard.log_y.isChecked())
+        self.settings.sync()
+
+    def _update_prices(self) -> None:
+        self.runs_table.model.prices = {p.name: p.price_per_hour for p in self.hosts.profiles() if p.price_per_hour}
+
+    def _reattach(self) -> None:
+        self.workers.start(self.manager.reattach, on_error=lambda exc: self.statusBar().showMessage(
+            f"Could not reattach to running runs: {exc}", 10000))
+
+    def _focus_find(self) -> None:
+        if self.tabs.currentWidget() is self.dashboard:
+            self.dashboard.log_find.setFocus()
+        else:
+            self.runs_table.find.setFocus()
+
+    # ---- hosts -----------------------------------------------------------------------------
+    def _host_selected(self, name: str) -> None:
+        profile = self.hosts.get(name)
+        self.launch_panel.set_host(name, self.hosts_panel.probes.get(name), profile.display_name,
+                                   profile.price_per_hour)
+
+    def set_probe(self, name: str, probe: dict) -> None:
+        """Remember a host's probe report (also used by tests with captured reports)."""
+        self.hosts_panel.set_status(name, "reachable", probe=probe)
+        self.settings.setValue(f"probes/{name}", json.dumps(probe))
+        if self.hosts_panel.current() == name:
+            self._host_selected(name)
+
+    def test_connection(self, name: str) -> None:
+        self.hosts_panel.set_status(name, "checking", "connecting…")
+
+        def done(probe: dict) -> None:
+            self.set_probe(name, probe)
+            problems = [p.get("message", "") for p in probe.get("problems") or [] if p.get("severity") == "error"]
+            self.statusBar().showMessage(f"{name}: reachable" + (f" — {problems[0]}" if problems else ""), 8000)
+
+        def failed(exc: Exception) -> None:
+            self.hosts_panel.set_status(name, "error", f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, HostKeyChanged):
+                ChangedHostKeyDialog(name, str(exc), getattr(exc, "hint", ""), self).open()
+
+        self.workers.start(test_host, self.manager, name, on_yield=lambda text: self.hosts_panel.set_status(
+            name, "checking", f"{text}…"), on_return=done, on_error=failed)
+
+    # ---- runs ------------------------------------------------------------------------------
+    def launch(self, settings: dict) -> None:
+        host = self.hosts_panel.current()
+        self.settings.setValue("launch/settings", json.dumps(settings))
+        self.launch_panel.set_busy(True, "connecting…")
+
+        def done(record) -> None:
+            self.launch_panel.set_busy(False)
+            self.runs_table.model.update_run(record)
+            self.show_run(record.id)
+            self.runs_table.select_run(record.id)
+            self.statusBar().showMessage(f"Launched {record.name} on {host}", 5000)
+
+        def failed(exc: Exception) -> None:
+            self.launch_panel.set_busy(False)
+            self.launch_panel.error.setText(f"Launch failed: {exc}")
+            self.launch_panel.error.setVisible(True)
+            self.runs_table.model.reload()
+
+        self.workers.start(launch_run, self.manager, host, settings, self.launch_panel.post_progress,
+                           on_return=done, on_error=failed)
+
+    def show_run(self, run_id: str) -> None:
+        if run_id != self.dashboard.run_id:
+            self.dashboard.set_run(run_id)
+        self.tabs.setCurrentWidget(self.dashboard)
+
+    def stop_runs(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            self.statusBar().showMessage(f"Stopping {run_id}…")
+            self.workers.start(self.manager.stop, run_id, on_return=self.runs_table.model.update_run,
+                               on_error=lambda exc: self.statusBar().showMessage(f"Stop failed: {exc}", 10000))
+
+    def run_action(self, action: str, run_ids: list[str]) -> None:
+        if action == "stop":
+            self.stop_runs(run_ids)
+        elif action == "rerun":
+            run = self.store.get_run(run_ids[0])
+            self.hosts_panel.select(run.host)
+            self.launch(dict(run.config, run_id=""))
+        elif action == "duplicate":
+            self.launch_panel.apply_settings(self.manager.duplicate(run_ids[0]))
+            self.statusBar().showMessage("Settings copied into the launch form: edit them and press Launch", 8000)
+        elif action == "logs":
+            self.show_run(run_ids[0])
+            self.dashboard.log.setFocus()
+        elif action == "export":
+            folder = QFileDialog.getExistingDirectory(self, "Export runs as CSV")
+            if folder:
+                from ddpgui.core.export import export_csv
+
+                self.workers.start(export_csv, self.store, run_ids, Path(folder),
+                                   on_return=lambda paths: self.statusBar().showMessage(
+                                       f"Exported {', '.join(p.name for p in paths)} to {folder}", 8000))
+        elif action == "delete":
+            answer = QMessageBox.question(self, "Delete runs", f"Delete {len(run_ids)} run(s) from the store and "
+                                          "their run folders on the hosts? This cannot be undone.")
+            if answer == QMessageBox.StandardButton.Yes:
+                for run_id in run_ids:
+                    self.workers.start(self.manager.delete, run_id,
+                                       on_return=lambda _, r=run_id: self._deleted(r),
+                                       on_error=lambda exc: self.statusBar().showMessage(f"Delete failed: {exc}"))
+
+    def _deleted(self, run_id: str) -> None:
+        self.runs_table.model.remove_run(run_id)
+        if self.dashboard.run_id == run_id:
+            self.dashboard.set_run(None)
+
+    def refresh(self) -> None:
+        self.runs_table.model.reload()
+        self.test_connection(self.hosts_panel.current())
+
+    def _on_update(self, update: RunUpdate) -> None:
+        if update.connection == "lost" and update.host:
+            self.hosts_panel.set_status(update.host, "error", "connection lost; reconnecting…")
+            return
+        if update.run is not None:
+            self.runs_table.model.update_run(update.run)
+            if update.run.state in FINAL:
+                self._notify(update.run)
+            elif update.run.host:
+                self.hosts_panel.set_status(update.run.host, "busy", "running a run")
+        self.dashboard.on_update(update)
+
+    def _notify(self, run) -> None:
+        text = f"Run {run.name} {run.state}" + (f": {run.message}" if run.message else "")
+        self.statusBar().showMessage(text, 15000)
+        if run.host and not self.store.active_runs():
+            self.hosts_panel.set_status(run.host, "reachable", "idle")
+        if self.tray is None and QSystemTrayIcon.isSystemTrayAvailable():
+            self.tray = QSystemTrayIcon(self.windowIcon(), self)
+            self.tray.show()
+        if self.tray is not None:
+            icon = QSystemTrayIcon.MessageIcon.Warning if run.state == "failed" else QSystemTrayIcon.MessageIcon.Information
+            self.tray.showMessage("ddpgui", text, icon, 8000)
+
+    # ---- quitting --------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:
+        self._save_settings()
+        self.prompts.close()
+        self.dashboard.timer.stop()
+        self.updates.close()
+        self.workers.shutdown(3000)
+        self.manager.close()
+        super().closeEvent(event)

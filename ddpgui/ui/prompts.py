@@ -1,0 +1,83 @@
+"""Questions a worker thread asks the user (host key, password): it blocks on a GUI-thread dialog.
+
+The dialog is opened non-modally-blocking (``open()``, window-modal) so the event
+loop keeps running; the worker waits on a :class:`threading.Event` until the
+user answers, the dialog is closed, or the app quits.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtWidgets import QDialog, QWidget
+
+from ddpgui.core import secrets
+from ddpgui.core.host_keys import HostKeyInfo
+from ddpgui.core.targets.ssh import SecretRequest
+
+from .dialogs.host_key import UnknownHostKeyDialog
+from .dialogs.secret import SecretDialog
+
+
+@dataclass
+class _Question:
+    kind: str
+    payload: object
+    answer: object = None
+    answered: threading.Event = field(default_factory=threading.Event)
+
+
+class Prompts(QObject):
+    """``confirm_host_key`` and ``ask_secret`` callbacks for core, safe to call from any worker thread."""
+
+    dialog_opened = Signal(object)  # the dialog, for tests and for raising the window
+    _asked = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._window = parent
+        self._closing = threading.Event()
+        self.current: QDialog | None = None
+        self._asked.connect(self._show, Qt.ConnectionType.QueuedConnection)
+
+    def confirm_host_key(self, info: HostKeyInfo) -> bool:
+        return bool(self._ask("host_key", info))
+
+    def ask_secret(self, request: SecretRequest) -> str | None:
+        return self._ask("secret", request)
+
+    def close(self) -> None:
+        self._closing.set()
+
+    def _ask(self, kind: str, payload: object) -> object:
+        question = _Question(kind, payload)
+        self._asked.emit(question)
+        while not question.answered.wait(0.1):
+            if self._closing.is_set():
+                return None
+        return question.answer
+
+    @Slot(object)
+    def _show(self, question: _Question) -> None:
+        if question.kind == "host_key":
+            dialog = UnknownHostKeyDialog(question.payload, self._window)
+        else:
+            request: SecretRequest = question.payload
+            dialog = SecretDialog(request.prompt, self._window)
+
+        def done(result: int) -> None:
+            if question.kind == "host_key":
+                question.answer = result == QDialog.DialogCode.Accepted
+            elif result == QDialog.DialogCode.Accepted and dialog.secret.text():
+                question.answer = dialog.secret.text()
+                if dialog.remember.isChecked():
+                    secrets.set_secret(question.payload.profile, question.payload.kind, question.answer)
+            question.answered.set()
+            self.current = None
+            dialog.deleteLater()
+
+        dialog.finished.connect(done)
+        self.current = dialog
+        dialog.open()
+        self.dialog_opened.emit(dialog)

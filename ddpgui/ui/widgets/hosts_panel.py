@@ -1,0 +1,201 @@
+"""The hosts list: This computer first, a status dot per host and its probe summary."""
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QIcon, QPainter, QPixmap
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMessageBox, QPushButton,
+                               QVBoxLayout, QWidget)
+
+from ddpgui.core.hosts import LOCAL, HostError, HostStore
+
+from ..dialogs.host_edit import HostEditDialog
+
+STATUS_COLORS = {"unknown": "#9aa0a6", "checking": "#4c8df6", "reachable": "#34a853", "busy": "#f29900",
+                 "error": "#d93025"}
+
+
+def status_icon(status: str) -> QIcon:
+    pixmap = QPixmap(14, 14)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QBrush(QColor(STATUS_COLORS.get(status, STATUS_COLORS["unknown"]))))
+    painter.drawEllipse(1, 1, 12, 12)
+    painter.end()
+    return QIcon(pixmap)
+
+
+def probe_summary(probe: dict | None) -> str:
+    """One or two lines: GPUs with model and memory (or CPUs), torch, CUDA, driver."""
+    if not probe:
+        return "not probed yet"
+    gpus = probe.get("gpus") or []
+    if gpus:
+        names: dict[str, int] = {}
+        for gpu in gpus:
+            mem = gpu.get("memory_total_gib")
+            label = f"{gpu.get('name') or 'GPU'}" + (f" {mem:.0f} GiB" if mem else "")
+            names[label] = names.get(label, 0) + 1
+        device = ", ".join(f"{n}× {label}" for label, n in names.items())
+    else:
+        device = f"CPU only, {probe.get('cpu_count') or '?'} cores"
+    torch = probe.get("torch") or {}
+    parts = [f"torch {torch['version']}" if torch.get("version") else "no torch"]
+    if torch.get("cuda_build"):
+        parts.append(f"CUDA {torch['cuda_build']}")
+    if probe.get("driver_version"):
+        parts.append(f"driver {probe['driver_version']}")
+    return device + "\n" + " · ".join(parts)
+
+
+class HostsPanel(QWidget):
+    host_selected = Signal(str)
+    test_requested = Signal(str)
+    hosts_changed = Signal()
+
+    def __init__(self, hosts: HostStore, parent=None):
+        super().__init__(parent)
+        self.hosts = hosts
+        self.status: dict[str, str] = {}
+        self.details: dict[str, str] = {}
+        self.probes: dict[str, dict] = {}
+        self.list = QListWidget(objectName="hosts_list")
+        self.list.setIconSize(QSize(14, 14))
+        self.list.setWordWrap(True)
+        self.list.currentItemChanged.connect(self._on_current)
+        title = QLabel("Hosts", objectName="panel_title")
+        buttons = QHBoxLayout()
+        self.buttons: dict[str, QPushButton] = {}
+        for key, text, tip, slot in (("add", "Add", "Add an SSH host", self.add_host),
+                                     ("edit", "Edit", "Edit the selected host", self.edit_host),
+                                     ("duplicate", "Copy", "Duplicate the selected host", self.duplicate_host),
+                                     ("delete", "Delete", "Delete the selected host", self.delete_host),
+                                     ("import", "Import", "Import aliases from ~/.ssh/config", self.import_ssh),
+                                     ("test", "Test", "Test the connection and probe the host (F5)",
+                                      lambda: self.test_requested.emit(self.current()))):
+            button = QPushButton(text, toolTip=tip, objectName=f"host_{key}")
+            button.clicked.connect(slot)
+            buttons.addWidget(button)
+            self.buttons[key] = button
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(title)
+        layout.addWidget(self.list, 1)
+        layout.addLayout(buttons)
+        self.reload()
+
+    def reload(self, select: str | None = None) -> None:
+        select = select or self.current()
+        self.list.blockSignals(True)
+        self.list.clear()
+        profiles = sorted(self.hosts.profiles(), key=lambda p: (not p.is_local, p.name.lower()))
+        for profile in profiles:
+            item = QListWidgetItem()
+            item.setData(Qt.ItemDataRole.UserRole, profile.name)
+            self.list.addItem(item)
+            self._render(item)
+        self.list.blockSignals(False)
+        names = [p.name for p in profiles]
+        self.select(select if select in names else LOCAL)
+
+    def _render(self, item: QListWidgetItem) -> None:
+        name = item.data(Qt.ItemDataRole.UserRole)
+        profile = self.hosts.get(name)
+        status = self.status.get(name, "unknown")
+        where = "" if profile.is_local else f"  ({profile.user + '@' if profile.user else ''}{profile.hostname})"
+        price = f"  · {profile.price_per_hour:g}/h" if profile.price_per_hour else ""
+        detail = self.details.get(name) or probe_summary(self.probes.get(name))
+        item.setText(f"{profile.display_name}{where}{price}\n{detail}")
+        item.setIcon(status_icon(status))
+        item.setToolTip(f"{profile.display_name}: {status}\n{detail}")
+
+    def item(self, name: str) -> QListWidgetItem | None:
+        for row in range(self.list.count()):
+            if self.list.item(row).data(Qt.ItemDataRole.UserRole) == name:
+                return self.list.item(row)
+        return None
+
+    def set_status(self, name: str, status: str, detail: str | None = None, probe: dict | None = None) -> None:
+        self.status[name] = status
+        if probe is not None:
+            self.probes[name] = probe
+        self.details[name] = detail or ""
+        item = self.item(name)
+        if item is not None:
+            self._render(item)
+
+    def current(self) -> str:
+        item = self.list.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item else LOCAL
+
+    def select(self, name: str) -> None:
+        item = self.item(name)
+        if item is not None:
+            self.list.setCurrentItem(item)
+
+    def _on_current(self, item, _previous) -> None:
+        if item is not None:
+            self.host_selected.emit(item.data(Qt.ItemDataRole.UserRole))
+            self.buttons["delete"].setEnabled(item.data(Qt.ItemDataRole.UserRole) != LOCAL)
+
+    def _save(self, dialog: HostEditDialog, add: bool, old_name: str | None = None) -> None:
+        if dialog.exec() != HostEditDialog.DialogCode.Accepted:
+            return
+        profile = dialog.result_profile
+        try:
+            if add:
+                self.hosts.add(profile)
+            else:
+                if old_name and old_name != profile.name:
+                    self.hosts.rename(old_name, profile.name)
+                self.hosts.update(profile)
+        except HostError as exc:
+            QMessageBox.warning(self, "Host not saved", f"{exc}\n{exc.hint}".strip())
+            return
+        self.reload(profile.name)
+        self.hosts_changed.emit()
+
+    def add_host(self) -> None:
+        self._save(HostEditDialog(None, self), add=True)
+
+    def edit_host(self) -> None:
+        name = self.current()
+        self._save(HostEditDialog(self.hosts.get(name), self), add=False, old_name=name)
+
+    def duplicate_host(self) -> None:
+        profile = self.hosts.get(self.current())
+        if profile.is_local:
+            return
+        dialog = HostEditDialog(profile, self)
+        dialog._original = None
+        dialog.name.setText(f"{profile.name}-copy")
+        self._save(dialog, add=True)
+
+    def delete_host(self) -> None:
+        name = self.current()
+        if name == LOCAL:
+            return
+        answer = QMessageBox.question(self, "Delete host", f"Delete the host profile {name!r}?\n"
+                                     "Its stored password or passphrase is removed from the keyring too.")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        try:
+            self.hosts.remove(name)
+        except HostError as exc:
+            QMessageBox.warning(self, "Host not deleted", f"{exc}\n{exc.hint}".strip())
+            return
+        self.reload(LOCAL)
+        self.hosts_changed.emit()
+
+    def import_ssh(self) -> None:
+        try:
+            report = self.hosts.import_ssh_config()
+        except (OSError, HostError) as exc:
+            QMessageBox.warning(self, "Import failed", str(exc))
+            return
+        self.reload()
+        self.hosts_changed.emit()
+        skipped = "\n".join(f"  {pattern}: {why}" for pattern, why in report.skipped)
+        QMessageBox.information(self, "Imported from ~/.ssh/config",
+                                f"Added: {', '.join(report.added) or 'none'}" + (f"\nSkipped:\n{skipped}" if skipped else ""))

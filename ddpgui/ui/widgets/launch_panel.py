@@ -1,0 +1,295 @@
+"""The launch form for the selected host: choices bounded by what the host's probe found."""
+from __future__ import annotations
+
+import shlex
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
+
+from remote_runner.capabilities import precision_problem
+from remote_runner.config import BACKENDS, COMPILE_MODES, OPTIMIZERS, PRECISIONS, WORKLOADS, ConfigError, config_from_dict
+
+SCRIPT = "my own script"
+LENGTH_UNITS = ("steps", "epochs", "minutes")
+
+
+def precision_problems(probe: dict | None) -> dict[str, str | None]:
+    """precision → why this host cannot run it (None when it can), from the host's probe report."""
+    if not probe:
+        return {p: None for p in PRECISIONS}
+    device = probe.get("best_device") or ("cuda" if probe.get("gpus") else "cpu")
+    capability = None
+    gpus = probe.get("gpus") or []
+    if device == "cuda" and gpus and gpus[0].get("compute_capability"):
+        capability = tuple(int(v) for v in str(gpus[0]["compute_capability"]).split(".")[:2])
+    cpu_fp16 = bool((probe.get("torch") or {}).get("cpu_fp16_autocast", True))
+    return {p: precision_problem(p, device, capability, cpu_fp16_autocast=cpu_fp16) for p in PRECISIONS}
+
+
+def max_processes(probe: dict | None) -> tuple[int, str]:
+    """How many processes a run may start on the host, and what they are (GPUs or CPU processes)."""
+    if probe and probe.get("gpus") and probe.get("best_device") in (None, "cuda"):
+        return len(probe["gpus"]), "GPUs"
+    cores = (probe or {}).get("cpu_count") or 2
+    return max(1, min(64, int(cores))), "processes (CPU, gloo)"
+
+
+class LaunchPanel(QWidget):
+    launch_requested = Signal(dict)
+    _progress = Signal(int, int, str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.host = "local"
+        self.price_per_hour: float | None = None
+        self.problems: dict[str, str | None] = {p: None for p in PRECISIONS}
+        self.workload = QComboBox(objectName="workload")
+        self.workload.addItems([*WORKLOADS, SCRIPT])
+        self.script_dir = QLineEdit(placeholderText="folder with your training script")
+        browse = QPushButton("…", maximumWidth=32, toolTip="Pick the script folder")
+        browse.clicked.connect(self._pick_dir)
+        self.script_entry = QLineEdit("train.py")
+        self.script_args = QLineEdit(placeholderText="--epochs 3 --lr 1e-3")
+        self.metric_regex = QLineEdit(placeholderText=r"optional, e.g. loss[=: ]+(?P<loss>[\d.eE+-]+)")
+        self.nproc = QSpinBox(objectName="nproc", minimum=1, maximum=2, value=2)
+        self.nproc_label = QLabel()
+        self.compile = QComboBox(objectName="compile")
+        self.compile.addItems(COMPILE_MODES)
+        self.precision = QComboBox(objectName="precision")
+        self.precision.addItems(PRECISIONS)
+        self.batch = QSpinBox(objectName="batch_size", minimum=1, maximum=1 << 20, value=32)
+        self.global_batch = QLabel(objectName="global_batch")
+        self.length = QSpinBox(objectName="length", minimum=1, maximum=10 ** 9, value=200)
+        self.length_unit = QComboBox(objectName="length_unit")
+        self.length_unit.addItems(LENGTH_UNITS)
+        self.name = QLineEdit(objectName="run_name", placeholderText="default: workload, processes, precision")
+        self.tags = QLineEdit(objectName="run_tags", placeholderText="comma-separated")
+        self.advanced = QGroupBox("Advanced", checkable=True, checked=False, objectName="advanced")
+        self.lr = QDoubleSpinBox(decimals=6, minimum=1e-6, maximum=10.0, singleStep=1e-4, value=1e-3)
+        self.optimizer = QComboBox()
+        self.optimizer.addItems(OPTIMIZERS)
+        self.optimizer.setCurrentText("adamw")
+        self.grad_accum = QSpinBox(minimum=1, maximum=1024, value=1)
+        self.num_workers = QSpinBox(minimum=0, maximum=64, value=0)
+        self.seed = QSpinBox(minimum=0, maximum=2 ** 31 - 1, value=0)
+        self.backend = QComboBox()
+        self.backend.addItems(BACKENDS)
+        self.warmup = QSpinBox(minimum=0, maximum=10 ** 6, value=5)
+        self.env = QPlainTextEdit(placeholderText="NAME=value, one per line", maximumHeight=60)
+        adv = QFormLayout(self.advanced)
+        for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
+                              ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
+                              ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
+                              ("Environment", self.env)):
+            adv.addRow(label, widget)
+        self.advanced.toggled.connect(lambda on: [w.setVisible(on) for w in self.advanced.findChildren(QWidget)])
+        self.advanced.toggled.emit(False)
+        self.error = QLabel(objectName="error_label", wordWrap=True)
+        self.hint = QLabel(objectName="hint_label", wordWrap=True)
+        self.cost = QLabel(objectName="cost_label")
+        self.progress = QProgressBar(objectName="launch_progress", visible=False, textVisible=True)
+        self.launch_button = QPushButton("Launch", objectName="launch_button", toolTip="Launch the run (Ctrl+Return)")
+        self.launch_button.setDefault(True)
+        self.launch_button.clicked.connect(self.request_launch)
+
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Workload", self.workload)
+        dir_row = QHBoxLayout()
+        dir_row.addWidget(self.script_dir)
+        dir_row.addWidget(browse)
+        self.script_box = QWidget()
+        script_form = QFormLayout(self.script_box)
+        script_form.setContentsMargins(0, 0, 0, 0)
+        script_form.addRow("Folder", dir_row)
+        script_form.addRow("Entry file", self.script_entry)
+        script_form.addRow("Arguments", self.script_args)
+        script_form.addRow("Metric regex", self.metric_regex)
+        form.addRow(self.script_box)
+        nproc_row = QHBoxLayout()
+        nproc_row.addWidget(self.nproc)
+        nproc_row.addWidget(self.nproc_label, 1)
+        form.addRow("Processes", nproc_row)
+        form.addRow("Compile", self.compile)
+        form.addRow("Precision", self.precision)
+        batch_row = QHBoxLayout()
+        batch_row.addWidget(self.batch)
+        batch_row.addWidget(self.global_batch, 1)
+        form.addRow("Batch per process", batch_row)
+        length_row = QHBoxLayout()
+        length_row.addWidget(self.length)
+        length_row.addWidget(self.length_unit)
+        form.addRow("Length", length_row)
+        form.addRow("Name", self.name)
+        form.addRow("Tags", self.tags)
+        self.title = QLabel("Launch on This computer", objectName="panel_title")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.title)
+        layout.addLayout(form)
+        layout.addWidget(self.advanced)
+        layout.addWidget(self.error)
+        layout.addWidget(self.hint)
+        layout.addWidget(self.cost)
+        layout.addStretch(1)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.launch_button)
+
+        for signal in (self.workload.currentTextChanged, self.nproc.valueChanged, self.compile.currentTextChanged,
+                       self.precision.currentTextChanged, self.batch.valueChanged, self.length.valueChanged,
+                       self.length_unit.currentTextChanged, self.name.textChanged, self.tags.textChanged,
+                       self.script_dir.textChanged, self.script_entry.textChanged, self.script_args.textChanged,
+                       self.metric_regex.textChanged, self.lr.valueChanged, self.grad_accum.valueChanged,
+                       self.num_workers.valueChanged, self.seed.valueChanged, self.backend.currentTextChanged,
+                       self.warmup.valueChanged, self.env.textChanged, self.optimizer.currentTextChanged):
+            signal.connect(self.validate)
+        self._progress.connect(self.show_progress, Qt.ConnectionType.QueuedConnection)
+        self.set_host("local", None)
+
+    # ---- host ------------------------------------------------------------------------------
+    def set_host(self, name: str, probe: dict | None, display_name: str | None = None,
+                 price_per_hour: float | None = None) -> None:
+        """Bound the choices by what the host's probe found (everything allowed when not probed yet)."""
+        self.host, self.probe, self.price_per_hour = name, probe, price_per_hour
+        self.title.setText(f"Launch on {display_name or name}")
+        limit, what = max_processes(probe)
+        self.nproc.setMaximum(limit)
+        self.nproc_label.setText(f"of {limit} {what}" + ("" if probe else " (probe the host to know)"))
+        self.problems = precision_problems(probe)
+        model: QStandardItemModel = self.precision.model()
+        for row, precision in enumerate(PRECISIONS):
+            item = model.item(row)
+            reason = self.problems.get(precision)
+            item.setEnabled(reason is None)
+            item.setToolTip(reason or f"{precision} runs on this host")
+        if self.problems.get(self.precision.currentText()):
+            self.precision.setCurrentText("fp32")
+        self.validate()
+
+    def _pick_dir(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Script folder")
+        if path:
+            self.script_dir.setText(path)
+
+    # ---- settings --------------------------------------------------------------------------
+    def settings(self) -> dict:
+        """The run settings as the RunManager takes them (may not validate)."""
+        unit = self.length_unit.currentText()
+        settings: dict = {"nproc_per_node": self.nproc.value(), "compile": self.compile.currentText(),
+                          "precision": self.precision.currentText(), "batch_size": self.batch.value(),
+                          unit: float(self.length.value()) if unit == "minutes" else self.length.value(),
+                          "name": self.name.text().strip(),
+                          "tags": [t.strip() for t in self.tags.text().split(",") if t.strip()]}
+        if self.workload.currentText() == SCRIPT:
+            settings["mode"] = "script"
+            try:
+                args = shlex.split(self.script_args.text())
+            except ValueError:
+                args = self.script_args.text().split()
+            settings["script"] = {"dir": self.script_dir.text().strip(), "entry": self.script_entry.text().strip(),
+                                  "args": args, "metric_regex": self.metric_regex.text().strip() or None}
+        else:
+            settings["workload"] = self.workload.currentText()
+        if self.advanced.isChecked():
+            env = {}
+            for line in self.env.toPlainText().splitlines():
+                if line.strip():
+                    key, _, value = line.partition("=")
+                    env[key.strip()] = value.strip()
+            settings.update(lr=self.lr.value(), optimizer=self.optimizer.currentText(),
+                            grad_accum=self.grad_accum.value(), num_workers=self.num_workers.value(),
+                            seed=self.seed.value(), backend=self.backend.currentText(),
+                            warmup_steps=self.warmup.value(), env=env)
+        return settings
+
+    def apply_settings(self, settings: dict) -> None:
+        """Fill the form from saved or duplicated settings (unknown keys are ignored)."""
+        script = settings.get("script")
+        self.workload.setCurrentText(SCRIPT if settings.get("mode") == "script" else settings.get("workload", "mlp"))
+        if script:
+            self.script_dir.setText(script.get("dir", ""))
+            self.script_entry.setText(script.get("entry", "train.py"))
+            self.script_args.setText(shlex.join(script.get("args") or []))
+            self.metric_regex.setText(script.get("metric_regex") or "")
+        self.nproc.setValue(int(settings.get("nproc_per_node", 1)))
+        self.compile.setCurrentText(settings.get("compile", "off"))
+        if not self.problems.get(settings.get("precision", "fp32")):
+            self.precision.setCurrentText(settings.get("precision", "fp32"))
+        self.batch.setValue(int(settings.get("batch_size", 32)))
+        for unit in LENGTH_UNITS:
+            if settings.get(unit) is not None:
+                self.length_unit.setCurrentText(unit)
+                self.length.setValue(max(1, int(settings[unit])))
+                break
+        self.name.setText(settings.get("name", ""))
+        self.tags.setText(", ".join(settings.get("tags") or []))
+        advanced = {"lr": self.lr.setValue, "grad_accum": self.grad_accum.setValue,
+                    "num_workers": self.num_workers.setValue, "seed": self.seed.setValue,
+                    "warmup_steps": self.warmup.setValue, "optimizer": self.optimizer.setCurrentText,
+                    "backend": self.backend.setCurrentText}
+        for key, setter in advanced.items():
+            if key in settings:
+                setter(settings[key])
+        if settings.get("env"):
+            self.env.setPlainText("\n".join(f"{k}={v}" for k, v in settings["env"].items()))
+        self.advanced.setChecked(any(k in settings for k in advanced))
+        self.validate()
+
+    def validate(self) -> bool:
+        """Inline validation through the runner's own config check; returns whether Launch may go."""
+        self.script_box.setVisible(self.workload.currentText() == SCRIPT)
+        world = self.nproc.value()
+        global_batch = self.batch.value() * world * (self.grad_accum.value() if self.advanced.isChecked() else 1)
+        self.global_batch.setText(f"global batch {global_batch}")
+        error = ""
+        try:
+            config_from_dict({k: v for k, v in self.settings().items() if v is not None})
+        except ConfigError as exc:
+            error = str(exc)
+        except (TypeError, ValueError) as exc:
+            error = str(exc)
+        if not error and self.problems.get(self.precision.currentText()):
+            error = self.problems[self.precision.currentText()]
+        if not error and self.workload.currentText() == SCRIPT and not self.script_dir.text().strip():
+            error = "pick the folder of your script"
+        self.error.setText(error)
+        self.error.setVisible(bool(error))
+        hint = ""
+        if self.probe and (self.probe.get("gpus") or []) and global_batch < 32 * world:
+            hint = (f"A global batch of {global_batch} is small for {world} GPUs: they will mostly wait on "
+                    "communication. Try a larger batch per GPU.")
+        self.hint.setText(hint)
+        self.hint.setVisible(bool(hint))
+        self.cost.setText(self._cost_text())
+        self.launch_button.setEnabled(not error)
+        return not error
+
+    def _cost_text(self) -> str:
+        if not self.price_per_hour:
+            return ""
+        if self.length_unit.currentText() == "minutes":
+            return f"Estimated cost: {self.price_per_hour * self.length.value() / 60:.2f} (at {self.price_per_hour:g}/h)"
+        return f"This host costs {self.price_per_hour:g}/h while it is rented."
+
+    def request_launch(self) -> None:
+        if self.validate():
+            self.launch_requested.emit(self.settings())
+
+    def set_busy(self, busy: bool, text: str = "") -> None:
+        self.progress.setVisible(busy)
+        if busy:
+            self.progress.setRange(0, 0)
+            self.progress.setFormat(text)
+        self.launch_button.setEnabled(not busy and self.validate())
+
+    def post_progress(self, done: int, total: int, text: str) -> None:
+        """Thread-safe progress from a launch worker."""
+        self._progress.emit(int(done), int(total), text)
+
+    def show_progress(self, done: int, total: int, text: str) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.progress.setFormat(text)

@@ -1,0 +1,228 @@
+"""The runs table: a model over the run store, sortable and filterable; state survives restarts."""
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QAction, QColor
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu,
+                               QTableView, QVBoxLayout, QWidget)
+
+from ddpgui.core.live import format_duration, format_rate
+from ddpgui.core.store import RunRecord, RunStore
+
+COLUMNS = ("Name", "Host", "Workload", "Compile", "Precision", "GPUs", "State", "Step", "Throughput", "Peak mem",
+           "Duration", "Cost")
+STATE_COLORS = {"running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
+                "failed": "#d93025", "stopped": "#f29900"}
+
+
+def _duration(run: RunRecord) -> float | None:
+    if not run.started_at:
+        return None
+    return (run.ended_at or time.time()) - run.started_at
+
+
+class RunsModel(QAbstractTableModel):
+    """Rows are :class:`RunRecord`s, newest first; :meth:`update_run` changes one row in place."""
+
+    def __init__(self, store: RunStore, prices: dict[str, float] | None = None):
+        super().__init__()
+        self.store = store
+        self.prices = prices or {}
+        self.runs: list[RunRecord] = []
+
+    def reload(self) -> None:
+        self.beginResetModel()
+        self.runs = self.store.list_runs()
+        self.endResetModel()
+
+    def update_run(self, run: RunRecord) -> None:
+        for row, old in enumerate(self.runs):
+            if old.id == run.id:
+                self.runs[row] = run
+                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+                return
+        self.beginInsertRows(QModelIndex(), 0, 0)
+        self.runs.insert(0, run)
+        self.endInsertRows()
+
+    def remove_run(self, run_id: str) -> None:
+        for row, run in enumerate(self.runs):
+            if run.id == run_id:
+                self.beginRemoveRows(QModelIndex(), row, row)
+                del self.runs[row]
+                self.endRemoveRows()
+                return
+
+    def run_at(self, row: int) -> RunRecord:
+        return self.runs[row]
+
+    def row_of(self, run_id: str) -> int:
+        return next((i for i, r in enumerate(self.runs) if r.id == run_id), -1)
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.runs)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def cell(self, run: RunRecord, column: str):
+        """(display text, sort key) of one cell."""
+        cfg, summary = run.config or {}, run.summary or {}
+        if column == "Name":
+            return run.name or run.id, (run.name or run.id).lower()
+        if column == "Host":
+            return ", ".join(run.hosts), run.host
+        if column == "Workload":
+            what = cfg.get("workload", "") if cfg.get("mode") != "script" else (cfg.get("script") or {}).get("entry", "script")
+            return what, what
+        if column == "Compile":
+            return cfg.get("compile", ""), cfg.get("compile", "")
+        if column == "Precision":
+            return cfg.get("precision", ""), cfg.get("precision", "")
+        if column == "GPUs":
+            n = int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
+            return str(n), n
+        if column == "State":
+            return run.state, run.state
+        if column == "Step":
+            step = run.last_step or 0
+            return (f"{step}/{run.total_steps}" if run.total_steps else str(step)), step
+        if column == "Throughput":
+            value = summary.get("steady_samples_per_s")
+            return ("" if value is None else format_rate(value, "samples/s")), value or 0.0
+        if column == "Peak mem":
+            value = summary.get("mem_peak_gib")
+            return ("" if value is None else f"{value:.2f} GiB"), value or 0.0
+        if column == "Duration":
+            value = _duration(run)
+            return ("" if value is None else format_duration(value)), value or 0.0
+        if column == "Cost":
+            price, value = self.prices.get(run.host), _duration(run)
+            if not price or value is None:
+                return "", 0.0
+            return f"{price * value / 3600:.2f}", price * value / 3600
+        return "", ""
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        run, column = self.runs[index.row()], COLUMNS[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self.cell(run, column)[0]
+        if role == Qt.ItemDataRole.UserRole:
+            return self.cell(run, column)[1]
+        if role == Qt.ItemDataRole.ForegroundRole and column == "State":
+            return QColor(STATE_COLORS.get(run.state, "#5f6368"))
+        if role == Qt.ItemDataRole.ToolTipRole:
+            tip = f"{run.id}\n{run.state}"
+            if run.message:
+                tip += f": {run.message}"
+            if run.hint:
+                tip += f"\nHint: {run.hint}"
+            return tip
+        return None
+
+
+class RunsFilter(QSortFilterProxyModel):
+    def __init__(self, source: RunsModel):
+        super().__init__()
+        self.setSourceModel(source)
+        self.setSortRole(Qt.ItemDataRole.UserRole)
+        self.text, self.state = "", ""
+
+    def set_filter(self, text: str, state: str) -> None:
+        self.text, self.state = text.lower().strip(), state
+        self.invalidateFilter()
+
+    def filterAcceptsRow(self, row: int, parent) -> bool:
+        run = self.sourceModel().run_at(row)
+        if self.state and run.state != self.state:
+            return False
+        if not self.text:
+            return True
+        haystack = " ".join([run.name, run.id, " ".join(run.tags), " ".join(run.hosts),
+                             str((run.config or {}).get("workload", ""))]).lower()
+        return all(word in haystack for word in self.text.split())
+
+
+class RunsTable(QWidget):
+    """The table with its filter bar; actions are signals the main window carries out."""
+
+    run_selected = Signal(str)
+    action_requested = Signal(str, list)  # action name, run ids
+
+    ACTIONS = (("stop", "Stop"), ("rerun", "Rerun"), ("duplicate", "Duplicate and edit"),
+               ("logs", "Open logs"), ("export", "Export CSV…"), ("delete", "Delete…"))
+
+    def __init__(self, store: RunStore, parent=None):
+        super().__init__(parent)
+        self.model = RunsModel(store)
+        self.proxy = RunsFilter(self.model)
+        self.view = QTableView(objectName="runs_view")
+        self.view.setModel(self.proxy)
+        self.view.setSortingEnabled(True)
+        self.view.sortByColumn(-1, Qt.SortOrder.AscendingOrder)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.view.setAlternatingRowColors(True)
+        self.view.verticalHeader().hide()
+        self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.view.horizontalHeader().setStretchLastSection(True)
+        self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.view.customContextMenuRequested.connect(self._menu)
+        self.view.selectionModel().currentRowChanged.connect(self._current)
+        self.find = QLineEdit(objectName="runs_find", placeholderText="Filter runs by name, tag, host… (Ctrl+F)",
+                              clearButtonEnabled=True)
+        self.state = QComboBox(objectName="runs_state")
+        self.state.addItems(["all states", "running", "starting", "finished", "failed", "stopped"])
+        self.find.textChanged.connect(self._filter)
+        self.state.currentTextChanged.connect(self._filter)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Runs", objectName="panel_title"))
+        bar.addWidget(self.find, 1)
+        bar.addWidget(self.state)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(bar)
+        layout.addWidget(self.view)
+        self.model.reload()
+        self.view.resizeColumnsToContents()
+
+    def _filter(self) -> None:
+        state = self.state.currentText()
+        self.proxy.set_filter(self.find.text(), "" if state == "all states" else state)
+
+    def selected_ids(self) -> list[str]:
+        rows = {self.proxy.mapToSource(i).row() for i in self.view.selectionModel().selectedRows()}
+        return [self.model.run_at(r).id for r in sorted(rows)]
+
+    def select_run(self, run_id: str) -> None:
+        row = self.model.row_of(run_id)
+        if row >= 0:
+            index = self.proxy.mapFromSource(self.model.index(row, 0))
+            self.view.selectRow(index.row())
+            self.view.setCurrentIndex(index)
+
+    def _current(self, current, _previous) -> None:
+        if current.isValid():
+            self.run_selected.emit(self.model.run_at(self.proxy.mapToSource(current).row()).id)
+
+    def _menu(self, pos) -> None:
+        ids = self.selected_ids()
+        if not ids:
+            return
+        menu = QMenu(self)
+        for key, text in self.ACTIONS:
+            action = QAction(text, menu)
+            action.triggered.connect(lambda _=False, k=key: self.action_requested.emit(k, ids))
+            if key in ("rerun", "duplicate", "logs") and len(ids) != 1:
+                action.setEnabled(False)
+            menu.addAction(action)
+        menu.popup(self.view.viewport().mapToGlobal(pos))
