@@ -122,17 +122,21 @@ class HostFollower(threading.Thread):
         self._close_all()
 
     def _open_pending(self) -> None:
+        """Open a stream for each run waiting to be followed; one that fails stays waiting."""
         with self._lock:
-            pending, self._pending = self._pending, []
-        target = self.manager.target(self.host) if pending else None
+            pending = list(self._pending)
+        if not pending:
+            return
+        target = self.manager.target(self.host)
         for follow in pending:
             key = (follow.run_id, follow.node)
-            if key in self._follows:
-                continue
-            offsets = self.manager.store.offsets(follow.run_id, follow.node)
-            follow.stream = target.stream(target.runner("follow", follow.run_dir, "--from", json.dumps(offsets)))
-            follow.last_data = time.monotonic()
-            self._follows[key] = follow
+            if key not in self._follows:
+                offsets = self.manager.store.offsets(follow.run_id, follow.node)
+                follow.stream = target.stream(target.runner("follow", follow.run_dir, "--from", json.dumps(offsets)))
+                follow.last_data = time.monotonic()
+                self._follows[key] = follow
+            with self._lock:
+                self._pending.remove(follow)
 
     def _read_once(self) -> None:
         by_fd = {f.stream.fileno(): f for f in self._follows.values()}

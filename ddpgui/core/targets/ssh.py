@@ -507,6 +507,9 @@ class _ChannelStream(Stream):
                 raise TimeoutError
             select.select([chan], [], [], min(left, 1.0))
 
+    def fileno(self) -> int:
+        return self._chan.fileno()
+
     def close(self) -> None:
         """Close the channel; the remote command gets EOF/SIGPIPE, a detached run goes on."""
         self._chan.close()

@@ -1,0 +1,80 @@
+"""Runs over a real sshd: no point lost or duplicated across dropped links; several hosts at once."""
+import getpass
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from ddpgui.core.manager import RunManager
+from ddpgui.core.store import RunStore
+
+pytestmark = pytest.mark.slow
+
+
+def host_records(run_dir, spool="metrics.jsonl"):
+    out = []
+    with open(os.path.join(run_dir, spool), "rb") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+@pytest.fixture
+def ssh_manager(ssh_env, tmp_path):
+    """A RunManager whose hosts are two real sshd on loopback ("box" and "other"), logging in as us."""
+    box = ssh_env.profile("box", user=getpass.getuser(), python=sys.executable, run_root=str(tmp_path / "box root"))
+    other = ssh_env.profile("other", port=ssh_env.jump.port, user=getpass.getuser(), python=sys.executable,
+                            run_root=str(tmp_path / "other root"))
+    hosts = ssh_env.store(tmp_path, box, other)
+    known = ssh_env.known_hosts(tmp_path)
+    from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+
+    def open_target(name):
+        return SSHTarget(hosts.get(name), SSHConnection(hosts.route(name), known_hosts=known, reconnect_attempts=5,
+                                                        backoff_s=0.2))
+
+    store = RunStore(tmp_path / "runs.sqlite3")
+    manager = RunManager(store, hosts, open_target)
+    yield manager
+    manager.close()
+    store.close()
+
+
+def test_twenty_dropped_links_lose_and_duplicate_nothing(ssh_env, ssh_manager):
+    record = ssh_manager.launch("box", {"workload": "linear", "steps": 3000, "log_every": 1, "batch_size": 8,
+                                        "telemetry_interval_s": 0.25})
+    drops = 0
+    deadline = time.monotonic() + 240
+    while drops < 20 and time.monotonic() < deadline:
+        time.sleep(0.4)
+        if ssh_env.server.drop_connections():
+            drops += 1
+    assert drops == 20
+    final = ssh_manager.wait(record.id, timeout=300)
+    assert final.state == "finished", final.message
+    run_dir = final.run_dirs[0]
+    for spool in ("metrics.jsonl", "telemetry.jsonl", "events.jsonl"):
+        stored = ssh_manager.store.records(record.id, spool)
+        assert stored == host_records(run_dir, spool), spool
+    assert [r["step"] for r in ssh_manager.store.records(record.id)] == list(range(1, 3001))
+
+
+def test_eight_runs_on_two_hosts_complete_and_stay_separate(ssh_manager):
+    ids = []
+    for i in range(8):
+        host = "box" if i % 2 == 0 else "other"
+        ids.append(ssh_manager.launch(host, {"workload": "linear", "steps": 20 + i, "name": f"run {i} on {host}"}).id)
+    finals = [ssh_manager.wait(run_id, timeout=400) for run_id in ids]
+    assert [f.state for f in finals] == ["finished"] * 8
+    for i, final in enumerate(finals):
+        assert final.host == ("box" if i % 2 == 0 else "other")
+        assert [r["step"] for r in ssh_manager.store.records(final.id)] == list(range(1, 21 + i))
+        assert ssh_manager.store.records(final.id) == host_records(final.run_dirs[0])
+    assert len({f.run_dirs[0] for f in finals}) == 8
