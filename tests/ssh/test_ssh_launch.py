@@ -1,7 +1,6 @@
 """Launch → follow over SSH end to end, with the real runner and torchrun (gloo, CPU).
 
-Flip RUNNER_READY once the runner's launch/follow are finished.  These log in
-as the user running the tests (root on CI), whose Python has torch.
+These log in as the user running the tests (root on CI), whose Python has torch.
 """
 import getpass
 import posixpath
@@ -16,11 +15,7 @@ from ddpgui.core.protocol import Chunk, End, parse_records
 from ddpgui.core.targets.base import ConnectionLost
 from remote_runner.config import RunConfig
 
-RUNNER_READY = False
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not RUNNER_READY, reason="RUNNER_READY is False in tests/ssh/test_ssh_launch.py: "
-                                                          "the runner's launch/follow are not finished yet")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
