@@ -7,6 +7,7 @@ Use the ``secret_service`` fixture by importing it into a test module::
 Needs the apt packages ``dbus`` and ``gnome-keyring`` and the pip package
 ``secretstorage``; without them the tests skip and say so.
 """
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -48,9 +49,7 @@ def secret_service_daemon():
     """A private session bus with gnome-keyring-daemon's secrets component, its login keyring unlocked."""
     if not (shutil.which("dbus-daemon") and shutil.which("gnome-keyring-daemon")):
         pytest.skip("SKIPPED LOUDLY: dbus-daemon or gnome-keyring-daemon is missing — " + _MISSING)
-    try:
-        import secretstorage
-    except ImportError:
+    if importlib.util.find_spec("secretstorage") is None:
         pytest.skip("SKIPPED LOUDLY: the secretstorage package is missing — " + _MISSING)
     root = Path(tempfile.mkdtemp(prefix="ddpgui-secret-service-"))
     (root / "home").mkdir()
@@ -68,26 +67,33 @@ def secret_service_daemon():
                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     daemon.stdin.write(UNLOCK_PASSWORD)
     daemon.stdin.close()
+    try:
+        _wait_for_login_keyring(address)
+        yield address
+    finally:
+        for proc in (daemon, bus):
+            proc.terminate()
+            proc.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for_login_keyring(address: str) -> None:
+    import secretstorage
+
     old = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
     os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
     try:
         for _ in range(100):  # until the unlocked login keyring is the default collection
             with secretstorage.dbus_init() as connection:
                 if secretstorage.check_service_availability(connection) and _default_unlocked(connection):
-                    break
+                    return
             time.sleep(0.1)
-        else:
-            pytest.fail("gnome-keyring-daemon did not offer an unlocked default collection within 10 s")
+        pytest.fail("gnome-keyring-daemon did not offer an unlocked default collection within 10 s")
     finally:
         if old is None:
             del os.environ["DBUS_SESSION_BUS_ADDRESS"]
         else:
             os.environ["DBUS_SESSION_BUS_ADDRESS"] = old
-    yield address
-    for proc in (daemon, bus):
-        proc.terminate()
-        proc.wait(timeout=10)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

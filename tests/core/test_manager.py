@@ -56,7 +56,9 @@ def test_launch_follow_store_equals_host_spools(manager):
     manager.subscribe(updates.append)
     record = manager.launch("local", {"workload": "mlp", "nproc_per_node": 2, "steps": 40})
     final = manager.wait(record.id, timeout=240)
-    assert final.state == "finished" and final.last_step == 40
+    assert final.state == "finished", (final.failure, final.message, final.hint,
+                                       manager.store.log_tail(record.id, "stderr.log")[-3000:])
+    assert final.last_step == 40
     run_dir = final.run_dirs[0]
     for spool in ("metrics.jsonl", "telemetry.jsonl", "events.jsonl"):
         assert manager.store.records(record.id, spool) == host_records(run_dir, spool), spool

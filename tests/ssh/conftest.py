@@ -128,10 +128,14 @@ class SSHServer:
 
     def freeze_connections(self) -> list[int]:
         """SIGSTOP every per-connection sshd: the link goes silent but stays open, like a dead route."""
-        pids = self.connection_processes()
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        return pids
+        frozen = []
+        for pid in self.connection_processes():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                frozen.append(pid)
+            except ProcessLookupError:  # a connection that was closing anyway
+                pass
+        return frozen
 
     def known_hosts_lines(self) -> str:
         name = f"[{self.host}]:{self.port}"
