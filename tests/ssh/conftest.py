@@ -92,6 +92,7 @@ class SSHServer:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.drop_connections()  # none may outlive the listener, frozen ones included
             self.proc.terminate()
             self.proc.wait(timeout=10)
 
