@@ -7,6 +7,7 @@ Exit codes: 0 the run finished (or the command succeeded), 1 the run failed,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import threading
@@ -16,10 +17,12 @@ from remote_runner.config import (BACKENDS, COMPILE_MODES, INFERENCE_PRECISIONS,
                                   ConfigError)
 
 from .cli_hosts import add_host_commands, open_cli_target
+from .core.errors import describe
 from .core.hosts import HostError, HostNotFound, HostStore
 from .core.live import LiveRun, format_duration, format_rate, progress_line
 from .core.manager import RunManager, RunUpdate
 from .core.runs import make_config
+from .core.secrets import SecretsUnavailable
 from .core.store import RunRecord, RunStore, StoreError
 from .core.targets.base import TargetError
 
@@ -81,36 +84,35 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _launched(manager: RunManager, record: RunRecord, follow: bool) -> int:
+    """After a launch: print the run's id and dir as JSON, or follow it live."""
+    print(f"launched {record.name!r} on {record.host} as {record.id} ({record.run_dirs[0]})", file=sys.stderr)
+    if not follow:
+        print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0]}))
+        return EXIT_OK
+    return follow_live(manager, record.id)
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     cfg = make_config(_settings(args))
-    manager = _manager(args)
-    try:
+    with _manager(args) as manager:
         record = manager.launch(args.host, cfg, progress=_upload_progress, follow=args.follow)
-        print(f"launched {record.name!r} on {args.host} as {record.id} ({record.run_dirs[0]})", file=sys.stderr)
-        if not args.follow:
-            print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0]}))
-            return EXIT_OK
-        return follow_live(manager, record.id)
-    finally:
-        manager.close()
+        return _launched(manager, record, args.follow)
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
-    manager = _manager(args)
-    try:
+    with _manager(args) as manager:
         record = _find_run(manager.store, args.run)
         if record.active:
             manager.follow(record.id)
         return follow_live(manager, record.id)
-    finally:
-        manager.close()
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     with RunStore() as store:
         runs = store.list_runs(state=args.state, host=args.host, tag=args.tag, text=args.text)
     if args.json:
-        print(json.dumps([_run_json(r) for r in runs], indent=1))
+        print(json.dumps([dataclasses.asdict(r) for r in runs], indent=1))
         return EXIT_OK
     if not runs:
         print("no runs yet: ddpgui launch local --workload mlp --nproc 2 --follow")
@@ -124,15 +126,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_json(r: RunRecord) -> dict:
-    return {k: v for k, v in r.__dict__.items()}
-
-
 def cmd_show(args: argparse.Namespace) -> int:
     with RunStore() as store:
         record = _find_run(store, args.run)
         if args.json:
-            print(json.dumps(_run_json(record), indent=1))
+            print(json.dumps(dataclasses.asdict(record), indent=1))
             return EXIT_OK
         cfg = record.config
         print(f"{record.name}  ({record.id})")
@@ -156,8 +154,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    manager = _manager(args)
-    try:
+    with _manager(args) as manager:
         record = _find_run(manager.store, args.run)
         if not record.active:
             print(f"run {record.id} is already {record.state}")
@@ -166,13 +163,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
         record = manager.wait(record.id, timeout=60)
         print(f"run {record.id} {record.state}")
         return EXIT_OK
-    finally:
-        manager.close()
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    manager = _manager(args)
-    try:
+    with _manager(args) as manager:
         record = _find_run(manager.store, args.run)
         where = "" if args.keep_remote else f" and its directory {record.run_dirs.get(0, '')} on {record.host}"
         if not args.yes:
@@ -184,22 +178,12 @@ def cmd_delete(args: argparse.Namespace) -> int:
         manager.delete(record.id, remote=not args.keep_remote)
         print(f"deleted run {record.id}{where}")
         return EXIT_OK
-    finally:
-        manager.close()
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
-    manager = _manager(args)
-    try:
-        old = _find_run(manager.store, args.run)
-        record = manager.rerun(old.id, progress=_upload_progress)
-        print(f"launched {record.name!r} again as {record.id}", file=sys.stderr)
-        if not args.follow:
-            print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0]}))
-            return EXIT_OK
-        return follow_live(manager, record.id)
-    finally:
-        manager.close()
+    with _manager(args) as manager:
+        record = manager.rerun(_find_run(manager.store, args.run).id, progress=_upload_progress)
+        return _launched(manager, record, args.follow)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -224,9 +208,8 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
     record = manager.store.get_run(run_id)
     live = LiveRun(total_steps=record.total_steps, total_minutes=record.config.get("minutes"))
     lock = threading.Lock()
-    for spool in ("events.jsonl",):
-        for rec in manager.store.records(run_id, spool):
-            live.add(spool, rec)
+    for rec in manager.store.records(run_id, "events.jsonl"):
+        live.add_event(rec)
 
     def on_update(update: RunUpdate) -> None:
         if update.run_id != run_id:
@@ -393,10 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CLIError, TargetError, HostError, HostNotFound, StoreError) as exc:
-        text = exc.args[0] if exc.args else str(exc)
-        print(f"ddpgui: {text}", file=sys.stderr)
-        hint = getattr(exc, "hint", "")
-        if hint:
-            print(f"hint: {hint}", file=sys.stderr)
-        return EXIT_REFUSED if isinstance(exc, (ConfigError, CLIError, HostError, HostNotFound)) else EXIT_FAILED
+    except (ConfigError, CLIError, HostError, HostNotFound) as exc:
+        return _report(exc, EXIT_REFUSED)
+    except (TargetError, StoreError, SecretsUnavailable) as exc:
+        return _report(exc, EXIT_FAILED)
+
+
+def _report(exc: Exception, code: int) -> int:
+    """Print what went wrong and what to do (the hint on a line of its own); returns ``code``."""
+    message, hint = describe(exc)
+    print(f"ddpgui: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    return code

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import getpass
 import json
 import sys
@@ -15,7 +14,7 @@ from collections.abc import Callable
 
 from .core import secrets
 from .core.host_keys import HostKeyInfo
-from .core.hosts import AUTH_METHODS, LOCAL, HostError, HostNotFound, HostProfile, HostStore
+from .core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore
 from .core.package import build_runner
 from .core.targets.base import Target, TargetError
 from .core.targets.factory import check_python, open_target
@@ -105,26 +104,6 @@ def _changes(args: argparse.Namespace) -> dict:
     return changes
 
 
-def _error(exc: Exception) -> int:
-    hint = getattr(exc, "hint", "")
-    text = exc.args[0] if isinstance(exc, (TargetError, secrets.SecretsUnavailable)) and exc.args else str(exc)
-    print(f"error: {text}", file=sys.stderr)
-    if hint:
-        print(f"hint: {hint}", file=sys.stderr)
-    return 2 if isinstance(exc, (HostError, HostNotFound)) else 1
-
-
-def _handles_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    @functools.wraps(func)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except (HostError, HostNotFound, TargetError, secrets.SecretsUnavailable) as exc:
-            return _error(exc)
-
-    return run
-
-
 def _read_secret(profile: HostProfile, from_stdin: bool) -> str | None:
     kind = profile.secret_kind
     if from_stdin:
@@ -147,7 +126,6 @@ def _store_secret(profile: HostProfile, from_stdin: bool) -> None:
     print(f"{profile.secret_kind} for {profile.name} stored in the keyring ({secrets.backend_name()})")
 
 
-@_handles_errors
 def cmd_list(args: argparse.Namespace) -> int:
     """Print every profile (never a secret)."""
     store = HostStore()
@@ -167,7 +145,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-@_handles_errors
 def cmd_add(args: argparse.Namespace) -> int:
     """Add a profile; ask for its password/passphrase when its authentication needs one."""
     store = HostStore()
@@ -178,7 +155,6 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-@_handles_errors
 def cmd_edit(args: argparse.Namespace) -> int:
     """Change the given fields, then rename; store a secret when asked to or newly needed."""
     store = HostStore()
@@ -198,14 +174,12 @@ def cmd_edit(args: argparse.Namespace) -> int:
     return 0
 
 
-@_handles_errors
 def cmd_remove(args: argparse.Namespace) -> int:
     HostStore().remove(args.name)
     print(f"removed {args.name} and its keyring secrets")
     return 0
 
 
-@_handles_errors
 def cmd_import(args: argparse.Namespace) -> int:
     """Import ~/.ssh/config aliases, saying what was skipped and why."""
     report = HostStore().import_ssh_config(args.path)
@@ -249,7 +223,6 @@ def open_cli_target(name: str, args: argparse.Namespace, store: HostStore | None
     return open_target(name, store or HostStore(), confirm_host_key=_confirm_host_key(args), ask_secret=_ask_secret)
 
 
-@_handles_errors
 def cmd_test(args: argparse.Namespace) -> int:
     """Connect (host key, login, jump hosts) and check the remote Python and torch."""
     store = HostStore()
@@ -267,7 +240,6 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 1 if check.problems else 0
 
 
-@_handles_errors
 def cmd_probe(args: argparse.Namespace) -> int:
     """Put the runner on the host (once) and print what it finds."""
     with open_cli_target(args.name, args) as target:

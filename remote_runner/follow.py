@@ -15,10 +15,10 @@ import json
 import os
 import sys
 import time
-from typing import BinaryIO, Dict, Optional
+from typing import BinaryIO, Dict, Optional, Tuple
 
 from .metrics import SPOOLS
-from .status import FINAL_STATES
+from .status import FINAL_STATES, STATUS
 from .supervisor import reconcile
 
 #: Seconds between heartbeats when nothing else is sent (lets the client notice a dead link).
@@ -37,6 +37,9 @@ class Follower:
         self.offsets = {name: int((offsets or {}).get(name, 0)) for name in SPOOLS}
         self.out = out
         self._files: Dict[str, BinaryIO] = {}
+        self._status: dict = {}
+        self._status_stamp: Optional[Tuple[int, int, int]] = None
+        self._status_checked = float("-inf")
 
     def _read_new(self, name: str, final: bool) -> bool:
         path = os.path.join(self.run_dir, name)
@@ -87,11 +90,23 @@ class Follower:
             self.out.flush()
         return sent
 
+    def status(self, now: float) -> dict:
+        """status.json, read again only when it changed; the supervisor's liveness checked once a second."""
+        try:
+            st = os.stat(os.path.join(self.run_dir, STATUS))
+            stamp: Optional[Tuple[int, int, int]] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._status_stamp or now - self._status_checked >= HEARTBEAT_S:
+            self._status = reconcile(self.run_dir) or {"state": "created"}
+            self._status_stamp, self._status_checked = stamp, now
+        return self._status
+
     def run(self, once: bool = False, heartbeat_s: float = HEARTBEAT_S) -> int:
         last_beat = time.monotonic()
         try:
             while True:
-                status = reconcile(self.run_dir) or {"state": "created"}
+                status = self.status(time.monotonic())
                 ended = status.get("state") in FINAL_STATES
                 sent = self.round(final=ended)
                 if ended or once:

@@ -89,7 +89,7 @@ def gather_facts(run_root: Optional[str] = None) -> dict:
     facts["gpus"] = [_describe_gpu(g) for g in (torch_gpus or driver.get("gpus", []))]
     facts["best_device"] = _best_device(facts["torch"], facts["gpus"])
     facts["compile"] = parts.get("compile", lambda: _compile_facts(facts["torch"], facts["best_device"]))
-    facts["precisions"] = _precisions(facts)
+    facts["precisions"] = precision_problems(facts)
     facts["probe_errors"] = parts.errors
     return facts
 
@@ -269,13 +269,17 @@ def _compile_facts(torch_facts: Optional[dict], device: str) -> dict:
     return dict(facts, possible=possible, device=device)
 
 
-def _precisions(facts: dict) -> Dict[str, Optional[str]]:
-    """precision -> None when it runs on the best device, else the reason it does not."""
-    device = facts["best_device"]
+def precision_problems(report: dict) -> Dict[str, Optional[str]]:
+    """precision -> None when it runs on the best device, else the reason it does not.
+
+    Takes the probe's facts or its JSON report (the app decides its choices from the latter).
+    """
+    gpus = report.get("gpus") or []
+    device = report.get("best_device") or ("cuda" if gpus else "cpu")
     cap = None
-    if device == "cuda" and facts["gpus"] and facts["gpus"][0]["compute_capability"]:
-        cap = tuple(int(v) for v in facts["gpus"][0]["compute_capability"].split("."))
-    cpu_fp16 = bool((facts["torch"] or {}).get("cpu_fp16_autocast", True))
+    if device == "cuda" and gpus and gpus[0].get("compute_capability"):
+        cap = tuple(int(v) for v in str(gpus[0]["compute_capability"]).split(".")[:2])
+    cpu_fp16 = bool((report.get("torch") or {}).get("cpu_fp16_autocast", True))
     return {p: capabilities.precision_problem(p, device, cap, cpu_fp16_autocast=cpu_fp16) for p in PRECISIONS}
 
 

@@ -117,6 +117,17 @@ def wait_gone(pids: Iterable[int], timeout_s: float) -> List[int]:
         time.sleep(0.05)
 
 
+def end_process(proc: subprocess.Popen, grace_s: float) -> None:
+    """End a child we started: SIGTERM, SIGKILL after ``grace_s``, and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def terminate(pids: Iterable[int], grace_s: float) -> List[int]:
     """SIGTERM, then SIGKILL whatever is left after ``grace_s``; returns the pids that needed SIGKILL."""
     pids = list(pids)

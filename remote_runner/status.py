@@ -1,6 +1,7 @@
 """``status.json``: the run's state, written atomically (temp file, fsync, rename)."""
 import json
 import os
+import tempfile
 import time
 from typing import Optional
 
@@ -17,14 +18,27 @@ def write_status(run_dir: str, **fields: object) -> dict:
     status = read_status(run_dir) or {"schema": 1}
     status.update(fields)
     status["updated_at"] = time.time()
-    path = os.path.join(run_dir, STATUS)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(status, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(os.path.join(run_dir, STATUS), json.dumps(status, indent=1, sort_keys=True).encode("utf-8"))
     return status
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never a part.
+
+    A temp file beside it, fsync, chmod, rename.  (The app writes its own files with it too.)
+    """
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def read_status(run_dir: str) -> Optional[dict]:

@@ -27,9 +27,9 @@ PORT_RETRIES = 3
 SUPERVISOR_PID = "supervisor.pid"
 
 
-def supervisor_pid(run_dir: str) -> Optional[int]:
-    """The supervisor's pid, from status.json or from the file ``launch`` wrote."""
-    status = read_status(run_dir) or {}
+def supervisor_pid(run_dir: str, status: Optional[dict] = None) -> Optional[int]:
+    """The supervisor's pid, from status.json (or ``status``, read already) or from the file ``launch`` wrote."""
+    status = status if status is not None else (read_status(run_dir) or {})
     if status.get("pid"):
         return int(status["pid"])
     try:
@@ -263,7 +263,7 @@ def reconcile(run_dir: str) -> Optional[dict]:
     status = read_status(run_dir)
     if status is None or status.get("state") in FINAL_STATES:
         return status
-    if pid_alive(supervisor_pid(run_dir)):
+    if pid_alive(supervisor_pid(run_dir, status)):
         return status
     # Re-read: the supervisor may have finished between our two looks.
     status = read_status(run_dir)

@@ -16,6 +16,7 @@ import time
 from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
 
 from .metrics import TELEMETRY, SpoolWriter
+from .proctree import end_process
 
 #: The fields the nvidia-smi fallback asks for, in the order its lines carry them.
 SMI_FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "power.draw",
@@ -320,12 +321,7 @@ class TelemetrySampler:
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 10.0)
         if self._smi is not None:
-            self._smi.terminate()
-            try:
-                self._smi.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                self._smi.kill()
-                self._smi.wait()
+            end_process(self._smi, 2.0)
             if self._smi_reader is not None:
                 self._smi_reader.join(timeout=2.0)
             self._smi.stdout.close()

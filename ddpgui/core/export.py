@@ -14,8 +14,21 @@ ID_KEYS = {"seq", "t", "step", "epoch", "phase", "precision", "kind", "gpu", "na
            "global_batch"}
 
 
-def _numeric_columns(series: dict[str, np.ndarray]) -> list[str]:
-    return sorted(k for k, v in series.items() if k not in ID_KEYS and v.dtype.kind == "f")
+def _points(series: dict[str, np.ndarray]):
+    """(row, metric, value, seconds since the first row) for every value a record holds, metric by metric."""
+    t = series.get("t")
+    if t is None or not len(t):
+        return
+    elapsed = t - t[0]
+    for key in sorted(k for k, v in series.items() if k not in ID_KEYS and v.dtype.kind == "f"):
+        values = series[key]
+        for i in np.flatnonzero(~np.isnan(values)):
+            yield i, key, repr(float(values[i])), f"{elapsed[i]:.3f}"
+
+
+def _cell(column: np.ndarray | None, i: int) -> object:
+    """A string column's value, or "" where it has none."""
+    return "" if column is None or column[i] is None else column[i]
 
 
 def export_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]:
@@ -33,27 +46,16 @@ def export_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]
         for run_id in run_ids:
             run = store.get_run(run_id)
             metrics = store.series(run_id)
-            if metrics.get("t") is not None and len(metrics["t"]):
-                t0 = float(metrics["t"][0])
-                phases = metrics.get("phase")
-                for key in _numeric_columns(metrics):
-                    values = metrics[key]
-                    for i in np.flatnonzero(~np.isnan(values)):
-                        step = metrics["step"][i] if "step" in metrics else math.nan
-                        pw.writerow([run_id, run.name, "" if math.isnan(step) else int(step),
-                                     f"{metrics['t'][i] - t0:.3f}", f"{metrics['t'][i]:.3f}",
-                                     phases[i] if phases is not None and phases[i] is not None else "",
-                                     key, repr(float(values[i]))])
+            steps = metrics.get("step")
+            for i, key, value, elapsed in _points(metrics):
+                step = "" if steps is None or math.isnan(steps[i]) else int(steps[i])
+                pw.writerow([run_id, run.name, step, elapsed, f"{metrics['t'][i]:.3f}",
+                             _cell(metrics.get("phase"), i), key, value])
             for node in sorted({0, *map(int, run.run_dirs)}):
                 tel = store.series(run_id, "telemetry.jsonl", node)
-                if tel.get("t") is None or not len(tel["t"]):
-                    continue
-                t0 = float(tel["t"][0])
-                kinds, gpus = tel.get("kind"), tel.get("gpu")
-                for key in _numeric_columns(tel):
-                    values = tel[key]
-                    for i in np.flatnonzero(~np.isnan(values)):
-                        gpu = "" if gpus is None or math.isnan(gpus[i]) else int(gpus[i])
-                        tw.writerow([run_id, node, f"{tel['t'][i] - t0:.3f}", f"{tel['t'][i]:.3f}",
-                                     kinds[i] if kinds is not None else "", gpu, key, repr(float(values[i]))])
+                gpus = tel.get("gpu")
+                for i, key, value, elapsed in _points(tel):
+                    gpu = "" if gpus is None or math.isnan(gpus[i]) else int(gpus[i])
+                    tw.writerow([run_id, node, elapsed, f"{tel['t'][i]:.3f}", _cell(tel.get("kind"), i), gpu,
+                                 key, value])
     return [points, telemetry]

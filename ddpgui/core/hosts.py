@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,8 @@ from pathlib import Path
 import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from remote_runner.status import atomic_write
 
 from . import secrets
 from .paths import config_dir
@@ -336,18 +337,7 @@ class HostStore:
                 "hosts": [p.to_json() for p in self.profiles()]}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".hosts-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write(str(self.path), text.encode("utf-8"), 0o600)
 
     # ---- ~/.ssh/config ---------------------------------------------------------------------
     def import_ssh_config(self, path: str | Path | None = None) -> ImportReport:

@@ -9,8 +9,8 @@ the new records (the GUI and the CLI consume the same stream).
 """
 from __future__ import annotations
 
-import json
 import logging
+import posixpath
 import select
 import threading
 import time
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from remote_runner.config import RunConfig, config_from_dict
 from remote_runner.status import FINAL_STATES
 
+from .errors import describe
 from .hosts import HostStore
 from .package import RunnerPackage, build_runner
 from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError
@@ -57,11 +58,9 @@ def environment_fingerprint(probe: dict) -> dict:
     """What a comparison must know about where a run ran (from the probe report)."""
     torch = probe.get("torch") or {}
     gpus = probe.get("gpus") or []
-    nccl = torch.get("nccl") or {}
     return {"hostname": probe.get("hostname"), "gpu": gpus[0]["name"] if gpus else None, "gpu_count": len(gpus),
             "driver": probe.get("driver_version"), "cuda": torch.get("cuda_build"), "torch": torch.get("version"),
-            "nccl": nccl.get("version") if isinstance(nccl, dict) else None, "python": (probe.get("python") or {})
-            .get("version") if isinstance(probe.get("python"), dict) else probe.get("python"),
+            "nccl": (torch.get("nccl") or {}).get("version"), "python": (probe.get("python") or {}).get("version"),
             "cpu": probe.get("cpu_model"), "cpu_count": probe.get("cpu_count")}
 
 
@@ -85,15 +84,10 @@ class HostFollower(threading.Thread):
         self._pending: list[_Follow] = []
         self._follows: dict[tuple[str, int], _Follow] = {}
         self._halt = threading.Event()
-        self.reconnects = 0
 
     def add(self, run_id: str, node: int, run_dir: str) -> None:
         with self._lock:
             self._pending.append(_Follow(run_id, node, run_dir))
-
-    def busy(self) -> bool:
-        with self._lock:
-            return bool(self._follows or self._pending)
 
     def stop(self) -> None:
         self._halt.set()
@@ -108,9 +102,8 @@ class HostFollower(threading.Thread):
                     continue
                 self._read_once()
                 failures = 0
-            except (ConnectionLost, TargetError, OSError, ProtocolError) as exc:
+            except (TargetError, OSError, ProtocolError) as exc:  # ConnectionLost is a TargetError
                 failures += 1
-                self.reconnects += 1
                 log.warning("following runs on %s: %s (retry %d)", self.host, exc, failures)
                 self.manager._emit(RunUpdate(run_id="", host=self.host, connection="lost"))
                 self._reset_all()
@@ -132,7 +125,7 @@ class HostFollower(threading.Thread):
             key = (follow.run_id, follow.node)
             if key not in self._follows:
                 offsets = self.manager.store.offsets(follow.run_id, follow.node)
-                follow.stream = target.stream(target.runner("follow", follow.run_dir, "--from", json.dumps(offsets)))
+                follow.stream = target.stream(target.follow_command(follow.run_dir, offsets))
                 follow.last_data = time.monotonic()
                 self._follows[key] = follow
             with self._lock:
@@ -288,9 +281,9 @@ class RunManager:
             environment = self.environment(host)
             result = target.launch(cfg)
         except Exception as exc:
-            hint = getattr(exc, "hint", "")
-            self.store.update_run(cfg.run_id, state="failed", message=str(exc).split(" — ")[0], hint=hint,
-                                  failure="launch_failed", ended_at=time.time())
+            message, hint = describe(exc)
+            self.store.update_run(cfg.run_id, state="failed", message=message, hint=hint, failure="launch_failed",
+                                  ended_at=time.time())
             raise
         record = self.store.update_run(cfg.run_id, state="starting", run_dirs={0: result.run_dir},
                                        environment=environment, started_at=time.time())
@@ -339,20 +332,23 @@ class RunManager:
         return ids
 
     def _store_chunks(self, run_id: str, node: int, chunks: list[Chunk]) -> None:
+        """Store one read's chunks (the store also keeps the run's last step) and tell the listeners."""
         result = self.store.store_chunks(run_id, node, chunks)
         logs = {}
         for chunk in chunks:
             if chunk.spool.endswith(".log"):
                 logs[chunk.spool] = logs.get(chunk.spool, b"") + chunk.data
-        metrics = result.new.get("metrics.jsonl")
+        changes = {}
+        for rec in result.new.get("events.jsonl", ()):
+            if rec.get("event") == "train_start":
+                changes["state"] = "running"
+            elif rec.get("event") == "summary":
+                changes["summary"] = rec
         record = None
-        if metrics and metrics[-1].get("step") is not None:
-            record = self.store.update_run(run_id, last_step=metrics[-1]["step"])
-        if any(rec.get("event") == "train_start" for rec in result.new.get("events.jsonl", ())):
-            record = self.store.update_run(run_id, state="running")
-        summary = [rec for rec in result.new.get("events.jsonl", ()) if rec.get("event") == "summary"]
-        if summary:
-            record = self.store.update_run(run_id, summary=summary[-1])
+        if changes:
+            record = self.store.update_run(run_id, **changes)
+        elif result.new.get("metrics.jsonl"):
+            record = self.store.get_run(run_id)  # its last step moved
         if result.new or logs:
             self._emit(RunUpdate(run_id, node, records=result.new, logs=logs, run=record))
 
@@ -406,7 +402,7 @@ class RunManager:
         if remote:
             for node, run_dir in record.run_dirs.items():
                 target = self.target(record.hosts[int(node)])
-                if not run_dir.startswith(target.run_dir("x")[:-1]):
+                if posixpath.dirname(run_dir) != posixpath.join(target.run_root(), "runs"):
                     raise TargetError(f"refusing to delete {run_dir}: it is not a run directory under "
                                       f"{target.run_root()}")
                 result = target.exec(["rm", "-rf", "--", run_dir], timeout=120)
@@ -416,10 +412,11 @@ class RunManager:
         self.store.delete_run(run_id)
 
     # ---- shutting down -------------------------------------------------------------------
-    def idle(self) -> bool:
-        """No follower has a run to follow."""
-        with self._lock:
-            return not any(f.busy() for f in self._followers.values())
+    def __enter__(self) -> RunManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop following (runs go on on their hosts) and close every connection."""

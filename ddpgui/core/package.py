@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import remote_runner
+from remote_runner.status import atomic_write
 
 from .paths import cache_dir
 
@@ -55,8 +56,5 @@ def build_runner(out_dir: Path | None = None) -> RunnerPackage:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"runner-{digest[:16]}.pyz"
     if not path.exists() or path.stat().st_size != len(data):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.chmod(0o755)
-        tmp.replace(path)
+        atomic_write(str(path), data, 0o755)
     return RunnerPackage(path=path, sha256=digest, size=len(data))

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -12,6 +11,7 @@ from ddpgui.core.hosts import HostStore
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
+from spools import host_records, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -26,29 +26,6 @@ def manager(tmp_path):
     yield m
     m.close()
     store.close()
-
-
-def host_records(run_dir, spool="metrics.jsonl"):
-    """The records as the host wrote them, skipping lines that are not JSON objects."""
-    out = []
-    with open(os.path.join(run_dir, spool), "rb") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
-def wait_for(predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_launch_follow_store_equals_host_spools(manager):

@@ -4,7 +4,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import venv
 
 import pytest
@@ -14,6 +13,7 @@ from ddpgui.core.protocol import Chunk, End, parse_records
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.local import LocalTarget
 from ddpgui.core.runs import make_config, start_run
+from spools import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,16 +58,7 @@ def _run_processes(run_dir):
 
 def _no_process_left(run_dir):
     """The supervisor exits a moment after it wrote the final status: allow it a few seconds."""
-    return _wait_for(lambda: _run_processes(run_dir) == [], 30)
-
-
-def _wait_for(predicate, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
+    return wait_for(lambda: _run_processes(run_dir) == [], 30)
 
 
 def test_two_process_run_through_the_zipapp(target):
@@ -94,7 +85,7 @@ def test_stop_leaves_no_process(target):
     cfg = make_config({"workload": "mlp", "nproc_per_node": 2, "minutes": 10.0, "num_workers": 1,
                        "stop_grace_s": 5.0})
     run_dir = start_run(target, cfg).run_dir
-    assert _wait_for(lambda: os.path.exists(os.path.join(run_dir, "metrics.jsonl"))), "no metrics within 2 min"
+    assert wait_for(lambda: os.path.exists(os.path.join(run_dir, "metrics.jsonl"))), "no metrics within 2 min"
     assert len(_run_processes(run_dir)) >= 3  # supervisor, torchrun and the ranks (and DataLoader workers)
     status = target.stop(run_dir)
     assert status["state"] == "stopped" and status["remaining_pids"] == []
@@ -174,9 +165,9 @@ def test_interpreter_without_torch_is_refused_with_a_hint(tmp_path):
 def test_status_of_a_run_whose_supervisor_was_killed(target):
     cfg = make_config({"workload": "mlp", "minutes": 10.0})
     result = start_run(target, cfg)
-    assert _wait_for(lambda: os.path.exists(os.path.join(result.run_dir, "metrics.jsonl")))
+    assert wait_for(lambda: os.path.exists(os.path.join(result.run_dir, "metrics.jsonl")))
     os.kill(result.pid, 9)
-    assert _wait_for(lambda: target.status(result.run_dir)["state"] == "failed", 30)
+    assert wait_for(lambda: target.status(result.run_dir)["state"] == "failed", 30)
     assert target.status(result.run_dir)["failure"] == "supervisor_lost"
     target.stop(result.run_dir)  # the orphaned ranks are found through their pid files
     assert _no_process_left(result.run_dir), _run_processes(result.run_dir)

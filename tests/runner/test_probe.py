@@ -1,6 +1,5 @@
 """The probe: real nvidia-smi output parsed, each problem decided from captured facts, the real probe on
 this machine (fast, never raising), NVML and nvidia-smi faked with captured output (tests/fixtures/gpu)."""
-import importlib.util
 import json
 import os
 import platform
@@ -8,25 +7,13 @@ import shutil
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
+from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
 from remote_runner import probe as probe_module
 from remote_runner.probe import LOW_DISK_GIB, find_problems, gather_facts, parse_smi_summary, probe
-
-GPU_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
-
-
-def _load_fake_pynvml():
-    spec = importlib.util.spec_from_file_location("fake_pynvml", GPU_FIXTURES / "fake_pynvml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake_pynvml_fixture = _load_fake_pynvml()
 
 
 def summary(name):

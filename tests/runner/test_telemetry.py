@@ -1,6 +1,5 @@
 """Telemetry: real nvidia-smi captures parsed, NVML through a fake pynvml fed with captured values,
 the CPU sampler run for real, and the nvidia-smi fallback spawned once (fixtures: tests/fixtures/gpu)."""
-import importlib.util
 import json
 import os
 import re
@@ -17,7 +16,7 @@ from remote_runner.status import pid_alive
 from remote_runner.telemetry import (SMI_FIELDS, CpuSampler, Nvml, TelemetrySampler, choose_gpu_source,
                                      parse_smi_line, smi_header_fields)
 
-GPU_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
 
 
 def load_capture(name):
@@ -29,14 +28,6 @@ def load_capture(name):
     return smi_header_fields(lines[0]), lines[1:]
 
 
-def _load_fake_pynvml():
-    spec = importlib.util.spec_from_file_location("fake_pynvml", GPU_FIXTURES / "fake_pynvml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake_pynvml_fixture = _load_fake_pynvml()
 nvml_capture = fake_pynvml_fixture.capture
 fake_pynvml = fake_pynvml_fixture.module
 
@@ -264,6 +255,26 @@ done
 """
 
 
+def fake_nvidia_smi(tmp_path, monkeypatch, script):
+    """``script`` installed as ``nvidia-smi`` first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(script)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s%s%s" % (bin_dir, os.pathsep, os.environ["PATH"]))
+
+
+def sample_through_nvidia_smi(run_dir, interval_s):
+    """Run the sampler with the nvidia-smi source until it wrote 4 CPU samples; its records."""
+    sampler = TelemetrySampler(str(run_dir), interval_s, lambda: [os.getpid()], gpu_source="nvidia-smi")
+    sampler.start()
+    try:
+        return wait_for(run_dir, lambda rs: sum(r["kind"] == "cpu" for r in rs) >= 4)
+    finally:
+        sampler.stop()
+
+
 def test_nvidia_smi_is_spawned_once_and_its_lines_become_records(monkeypatch, tmp_path):
     gpus = nvml_capture("a100_sxm4_80gb_x2_driver_525")["gpus"]
     rows = tmp_path / "rows.csv"
@@ -271,21 +282,11 @@ def test_nvidia_smi_is_spawned_once_and_its_lines_become_records(monkeypatch, tm
         i, g["name"], g["util_gpu_pct"], g["memory_used_mib"], g["memory_total_mib"], g["power_draw_w"],
         g["temperature_gpu_c"], g["clock_sm_mhz"]) for i, g in enumerate(gpus)))
     log = tmp_path / "spawns.log"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_SMI.format(log=log, rows=rows))
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s%s%s" % (bin_dir, os.pathsep, os.environ["PATH"]))
+    fake_nvidia_smi(tmp_path, monkeypatch, FAKE_SMI.format(log=log, rows=rows))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
 
-    sampler = TelemetrySampler(str(run_dir), 0.2, lambda: [os.getpid()], gpu_source="nvidia-smi")
-    sampler.start()
-    try:
-        records = wait_for(run_dir, lambda rs: sum(r["kind"] == "cpu" for r in rs) >= 4)
-    finally:
-        sampler.stop()
+    records = sample_through_nvidia_smi(run_dir, 0.2)
 
     spawns = log.read_text().splitlines()
     assert len(spawns) == 1
@@ -300,20 +301,11 @@ def test_nvidia_smi_is_spawned_once_and_its_lines_become_records(monkeypatch, tm
 
 
 def test_nvidia_smi_that_dies_is_reported_once(monkeypatch, tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
     # The real message of a host whose driver is not loaded.
-    smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-                   "Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s%s%s" % (bin_dir, os.pathsep, os.environ["PATH"]))
-    sampler = TelemetrySampler(str(tmp_path), 0.1, lambda: [os.getpid()], gpu_source="nvidia-smi")
-    sampler.start()
-    try:
-        records = wait_for(tmp_path, lambda rs: sum(r["kind"] == "cpu" for r in rs) >= 4)
-    finally:
-        sampler.stop()
+    fake_nvidia_smi(tmp_path, monkeypatch,
+                    "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                    "driver. Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
+    records = sample_through_nvidia_smi(tmp_path, 0.1)
     errors = [r for r in records if r["kind"] == "telemetry_error"]
     assert [e["message"] for e in errors] == ["RuntimeError: nvidia-smi exited with code 9; no more GPU samples"]
     assert not any(r["kind"] == "gpu" for r in records)

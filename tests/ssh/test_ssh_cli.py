@@ -1,12 +1,11 @@
 """``ddpgui hosts ...`` and ``ddpgui probe`` against the real sshd, through argparse as the CLI wires them."""
-import argparse
 import io
 import json
 import secrets as token
 
 import pytest
 
-from ddpgui.cli_hosts import add_host_commands
+from ddpgui.cli import main
 from ddpgui.core import secrets
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.paths import config_dir
@@ -22,10 +21,7 @@ class _Terminal(io.StringIO):
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="ddpgui")
-    add_host_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
+    return main(list(argv))
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
 """Runs over a real sshd: no point lost or duplicated across dropped links; several hosts at once."""
 import getpass
-import json
-import os
 import sys
 import time
 
@@ -9,21 +7,9 @@ import pytest
 
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
+from spools import host_records
 
 pytestmark = pytest.mark.slow
-
-
-def host_records(run_dir, spool="metrics.jsonl"):
-    out = []
-    with open(os.path.join(run_dir, spool), "rb") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
 
 
 @pytest.fixture
@@ -33,12 +19,9 @@ def ssh_manager(ssh_env, tmp_path):
     other = ssh_env.profile("other", port=ssh_env.jump.port, user=getpass.getuser(), python=sys.executable,
                             run_root=str(tmp_path / "other root"))
     hosts = ssh_env.store(tmp_path, box, other)
-    known = ssh_env.known_hosts(tmp_path)
-    from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
 
     def open_target(name):
-        return SSHTarget(hosts.get(name), SSHConnection(hosts.route(name), known_hosts=known, reconnect_attempts=5,
-                                                        backoff_s=0.2))
+        return ssh_env.target(tmp_path, hosts.get(name), store=hosts, reconnect_attempts=5)
 
     store = RunStore(tmp_path / "runs.sqlite3")
     manager = RunManager(store, hosts, open_target)

@@ -131,7 +131,7 @@ class Target(ABC):
         """The sha256 of a file on the host, or None when it is missing."""
         result = self.exec([self.python, "-c", _HASH_SNIPPET, path], timeout=120)
         if result.rc != 0:
-            raise self._python_error(result)
+            raise self.python_error(result)
         return result.stdout.decode().strip() or None
 
     # ---- the runner ----------------------------------------------------------------------
@@ -162,20 +162,22 @@ class Target(ABC):
             raise TargetError(f"the runner is not deployed to {self.name}", "call deploy() first")
         return [self.python, self._runner_path, *args]
 
-    def _python_error(self, result: CommandResult) -> TargetError:
+    def python_error(self, result: CommandResult) -> TargetError:
+        """What went wrong when the profile's Python did not give the expected output."""
         err = result.stderr.decode("utf-8", "replace").strip()
         if result.rc == 127 or "No such file" in err or "not found" in err:
             return TargetError(f"Python {self.python!r} was not found on {self.name}",
-                               "set the host profile's Python interpreter to a python3 that exists there "
-                               "(e.g. the python of your venv or conda env)")
-        return TargetError(f"{self.python} failed on {self.name} (exit {result.rc}): {err[-500:]}")
+                               "set the host profile's python to an interpreter that exists there, e.g. "
+                               "/home/you/venv/bin/python or the python of a conda env", field="python")
+        return TargetError(f"{self.python} failed on {self.name} (exit {result.rc}): {err[-500:]}",
+                           "is it a Python 3 interpreter?", field="python")
 
     def _runner_json(self, *args: str, timeout: float | None = 60.0) -> dict:
         result = self.exec(self.runner(*args), timeout=timeout)
         try:
             reply = result.json()
         except (ValueError, IndexError):
-            raise self._python_error(result) from None
+            raise self.python_error(result) from None
         if not reply.get("ok", True):
             raise TargetError(reply.get("error", "the runner refused"), reply.get("hint", ""), reply.get("field"))
         return reply
@@ -203,6 +205,10 @@ class Target(ABC):
     def stop(self, run_dir: str) -> dict:
         return self._runner_json("stop", run_dir, timeout=120)
 
+    def follow_command(self, run_dir: str, offsets: dict[str, int] | None = None, once: bool = False) -> list[str]:
+        """The runner's ``follow`` command for ``run_dir`` from byte ``offsets``."""
+        return self.runner("follow", run_dir, "--from", json.dumps(offsets or {}), *(["--once"] if once else []))
+
     def follow(self, run_dir: str, offsets: dict[str, int] | None = None, once: bool = False,
                silence_s: float = FOLLOW_SILENCE_S) -> Iterator[Message]:
         """Messages of the run's spools from ``offsets`` until the run has ended.
@@ -210,10 +216,7 @@ class Target(ABC):
         Raises :class:`ConnectionLost` when the stream breaks or stays silent for
         ``silence_s`` (the runner sends a heartbeat every second).
         """
-        argv = self.runner("follow", run_dir, "--from", json.dumps(offsets or {}))
-        if once:
-            argv.append("--once")
-        stream = self.stream(argv)
+        stream = self.stream(self.follow_command(run_dir, offsets, once))
         decoder = FollowDecoder()
         try:
             while True:

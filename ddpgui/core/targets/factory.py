@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..host_keys import ConfirmHostKey, KnownHosts
 from ..hosts import HostStore
-from .base import Target, TargetError
+from .base import Target
 from .local import LocalTarget
 from .ssh import AskSecret, SSHConnection, SSHTarget
 
@@ -49,16 +49,10 @@ class PythonCheck:
 def check_python(target: Target) -> PythonCheck:
     """Run the profile's Python on the host: is it there, is it 3.9+, does it have torch?"""
     result = target.exec([target.python, "-c", _PYTHON_SNIPPET], timeout=60)
-    err = result.stderr.decode("utf-8", "replace").strip()
-    if result.rc == 127 or (result.rc != 0 and ("No such file" in err or "not found" in err)):
-        raise TargetError(f"Python {target.python!r} was not found on {target.name}",
-                          "set the host profile's python to an interpreter that exists there, e.g. "
-                          "/home/you/venv/bin/python or the python of a conda env", field="python")
     try:
         info = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise TargetError(f"{target.python} on {target.name} failed (exit {result.rc}): {err[-300:]}",
-                          "is it a Python 3 interpreter?", field="python") from None
+        raise target.python_error(result) from None
     check = PythonCheck(info["executable"], info["python"], info["torch"])
     if tuple(int(p) for p in check.python.split(".")[:2]) < (3, 9):
         check.problems.append((f"Python {check.python} is too old (the runner needs 3.9 or newer)",

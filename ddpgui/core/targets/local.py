@@ -5,7 +5,9 @@ import os
 import select
 import subprocess
 import sys
-import tempfile
+
+from remote_runner.proctree import end_process
+from remote_runner.status import atomic_write
 
 from ..paths import data_dir
 from .base import CommandResult, Stream, Target
@@ -29,13 +31,7 @@ class _ProcessStream(Stream):
         return self._fd
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        end_process(self._proc, 5.0)
         self._proc.stdout.close()
 
 
@@ -61,17 +57,7 @@ class LocalTarget(Target):
         return _ProcessStream(argv)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
-        directory = os.path.dirname(path)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, data, mode)
 
     def read_file(self, path: str) -> bytes:
         with open(path, "rb") as fh:

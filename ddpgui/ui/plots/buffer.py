@@ -1,6 +1,8 @@
 """Growing float64 buffers for live curves: amortized O(1) append, every point kept."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -78,8 +80,12 @@ class SmoothedBuffer(SeriesBuffer):
 
     def append(self, x: float, y: float) -> None:
         super().append(x, y)
-        last = self.smooth.y[-1] if len(self.smooth) else None
-        self.smooth.append(x, ema(np.array([y]), self.alpha, last)[0])
+        last = self.smooth.y[-1] if len(self.smooth) else math.nan
+        if y != y:  # NaN carries the previous value
+            smooth = last
+        else:
+            smooth = y if last != last else self.alpha * y + (1 - self.alpha) * last
+        self.smooth.append(x, smooth)
 
     def extend(self, xs, ys) -> None:
         ys = np.asarray(ys, dtype=np.float64)

@@ -162,9 +162,7 @@ class Dashboard(QWidget):
         telemetry = self.store.series(run_id, "telemetry.jsonl")
         if len(telemetry.get("t", ())):
             self.t0 = self.t0 if self.t0 is not None else float(telemetry["t"][0])
-            for i in range(len(telemetry["t"])):
-                rec = {k: (v[i] if v.dtype == object else float(v[i])) for k, v in telemetry.items()}
-                self._add_telemetry(rec, redraw_legend=False)
+            self._load_telemetry(telemetry)
         for spool in ("stdout.log", "stderr.log"):
             tail = self.store.log_tail(run_id, spool)
             if tail:
@@ -203,7 +201,32 @@ class Dashboard(QWidget):
                 self.live.summary = update.run.summary
         self._header_dirty = True
 
-    def _add_telemetry(self, rec: dict, redraw_legend: bool = True) -> None:
+    def _load_telemetry(self, telemetry: dict[str, np.ndarray]) -> None:
+        """Stored telemetry into the device buffers: one extend per (metric, GPU), not a loop per sample."""
+        t = telemetry["t"] - (self.t0 or 0.0)
+        kinds = telemetry.get("kind")
+        is_gpu = kinds == "gpu" if kinds is not None else np.zeros(len(t), dtype=bool)
+        groups = [(-1, ~is_gpu, CPU_METRICS)]
+        if is_gpu.any():
+            gpu_ids = np.nan_to_num(telemetry.get("gpu", np.zeros(len(t))), nan=0.0).astype(int)
+            names = telemetry.get("name")
+            for gpu in np.unique(gpu_ids[is_gpu]).tolist():
+                rows = is_gpu & (gpu_ids == gpu)
+                named = [n for n in names[rows] if n] if names is not None else []
+                if named:
+                    self.gpu_names[gpu] = named[-1]
+                groups.append((gpu, rows, DEVICE_METRICS.values()))
+        for gpu, rows, metrics in groups:
+            for metric in metrics:
+                values = telemetry.get(metric)
+                if values is None or values.dtype != np.float64:
+                    continue
+                keep = rows & ~np.isnan(values)
+                if keep.any():
+                    self.device.setdefault((metric, gpu), SeriesBuffer()).extend(t[keep], values[keep])
+        self.device_plot.mark_dirty()
+
+    def _add_telemetry(self, rec: dict) -> None:
         t = float(rec.get("t", 0.0)) - (self.t0 or 0.0)
         if rec.get("kind") == "gpu":
             gpu = int(rec.get("gpu", 0) or 0)
@@ -223,7 +246,7 @@ class Dashboard(QWidget):
                 self.device[key] = SeriesBuffer()
                 new = True
             self.device[key].append(t, value)
-        if new and redraw_legend:
+        if new:
             self._fill_metric_choices()
         self.device_plot.mark_dirty()
 

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QSpinBox,
                                QVBoxLayout, QWidget)
 
-from remote_runner.capabilities import precision_problem
+from remote_runner.probe import precision_problems as probe_precision_problems
 from remote_runner.config import BACKENDS, COMPILE_MODES, OPTIMIZERS, PRECISIONS, WORKLOADS, ConfigError, config_from_dict
 
 SCRIPT = "my own script"
@@ -18,15 +18,7 @@ LENGTH_UNITS = ("steps", "epochs", "minutes")
 
 def precision_problems(probe: dict | None) -> dict[str, str | None]:
     """precision → why this host cannot run it (None when it can), from the host's probe report."""
-    if not probe:
-        return {p: None for p in PRECISIONS}
-    device = probe.get("best_device") or ("cuda" if probe.get("gpus") else "cpu")
-    capability = None
-    gpus = probe.get("gpus") or []
-    if device == "cuda" and gpus and gpus[0].get("compute_capability"):
-        capability = tuple(int(v) for v in str(gpus[0]["compute_capability"]).split(".")[:2])
-    cpu_fp16 = bool((probe.get("torch") or {}).get("cpu_fp16_autocast", True))
-    return {p: precision_problem(p, device, capability, cpu_fp16_autocast=cpu_fp16) for p in PRECISIONS}
+    return probe_precision_problems(probe) if probe else {p: None for p in PRECISIONS}
 
 
 def max_processes(probe: dict | None) -> tuple[int, str]:
