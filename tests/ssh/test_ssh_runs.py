@@ -1,13 +1,12 @@
 """Runs over a real sshd: no point lost or duplicated across dropped links; several hosts at once."""
 import getpass
 import sys
-import time
 
 import pytest
 
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
-from spools import host_records
+from spools import host_records, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +30,20 @@ def ssh_manager(ssh_env, tmp_path):
 
 
 def test_twenty_dropped_links_lose_and_duplicate_nothing(ssh_env, ssh_manager):
-    record = ssh_manager.launch("box", {"workload": "linear", "steps": 3000, "log_every": 1, "batch_size": 8,
+    # About a minute of training (64 steps/s here), so that all 20 drops fall inside the run.
+    record = ssh_manager.launch("box", {"workload": "mlp", "steps": 3000, "log_every": 1, "batch_size": 1024,
                                         "telemetry_interval_s": 0.25})
+
+    def stored_step():
+        return ssh_manager.store.get_run(record.id).last_step or 0
+
     drops = 0
-    deadline = time.monotonic() + 240
-    while drops < 20 and time.monotonic() < deadline:
-        time.sleep(0.4)
+    while drops < 20:
+        # Drop the link only once the follower is back and has stored records since the last drop:
+        # every drop then cuts a live stream (not a reconnect still in progress, nor a finished run).
+        before = stored_step()
+        if not wait_for(lambda: stored_step() > before, timeout=60) or stored_step() >= 3000:
+            break
         if ssh_env.server.drop_connections():
             drops += 1
     assert drops == 20
