@@ -14,7 +14,7 @@ import posixpath
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from remote_runner.config import RunConfig, config_from_dict
@@ -265,12 +265,12 @@ class RunManager:
 
     # ---- launching -----------------------------------------------------------------------
     def launch(self, host: str, settings: dict | RunConfig, progress: Progress | None = None,
-               follow: bool = True) -> RunRecord:
+               follow: bool = True, sweep_id: str | None = None) -> RunRecord:
         """Deploy, write the config and start the run detached; the run is in the store from the start."""
         cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
         self.hosts.get(host)  # an unknown profile fails here, before anything is created
         record = self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=[host], config=cfg.to_dict(),
-                                       state="launching", total_steps=cfg.steps)
+                                       state="launching", total_steps=cfg.steps, sweep_id=sweep_id)
         try:
             target = self.target(host, progress)
             if cfg.mode == "script":
@@ -318,10 +318,13 @@ class RunManager:
                     follower.start()
             follower.add(run_id, int(node), run_dir)
 
-    def reattach(self) -> list[str]:
-        """Follow every run the store says is still active (after an app restart); returns their ids."""
-        ids = []
+    def reattach(self, run_ids: Iterable[str] | None = None) -> list[str]:
+        """Follow every run the store says is still active (after an app restart), or those of ``run_ids``
+        among them; returns their ids.  One caught mid-launch is marked failed ("launch_interrupted")."""
+        ids, only = [], None if run_ids is None else set(run_ids)
         for record in self.store.active_runs():
+            if only is not None and record.id not in only:
+                continue
             if record.run_dirs:
                 self.follow(record.id)
                 ids.append(record.id)

@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -76,6 +76,15 @@ class StoreGapError(StoreError):
         super().__init__(f"run {run_id} node {node} {spool}: a chunk starts at byte {start}, after the end of the data "
                          f"before it; nothing was stored, follow again from the stored offset {offset}")
         self.run_id, self.node, self.spool, self.offset, self.start = run_id, node, spool, offset, start
+
+
+class SweepNotFound(StoreError, KeyError):
+    def __init__(self, sweep_id: str):
+        super().__init__(f"no sweep {sweep_id!r} in the run store")
+        self.sweep_id = sweep_id
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class RunNotFound(StoreError, KeyError):
@@ -143,6 +152,60 @@ _JSON_COLUMNS = frozenset({"tags", "hosts", "config", "environment", "run_dirs",
 _UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "created_at", "updated_at"}
 
 
+#: A sweep's states; ``stopping`` only while a stop is ending its running cells.
+SWEEP_FINAL_STATES = ("done", "failed", "stopped", "cancelled")
+#: A sweep cell's states.
+CELL_FINAL_STATES = ("done", "failed", "skipped", "cancelled")
+
+
+@dataclass
+class SweepRecord:
+    """One row of ``sweeps``: the matrix and how it is run (its cells are :class:`SweepCell` rows)."""
+
+    id: str
+    name: str = ""
+    hosts: list[str] = field(default_factory=list)
+    base: dict = field(default_factory=dict)
+    matrix: dict[str, list] = field(default_factory=dict)
+    repeats: int = 1
+    parallel: bool = False
+    seeds: str = ""
+    state: str = "queued"
+    message: str = ""
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    updated_at: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.state not in SWEEP_FINAL_STATES
+
+
+@dataclass
+class SweepCell:
+    """One run of a sweep: its settings (for make_config), its host, and the run it got (the latest)."""
+
+    sweep_id: str
+    index: int
+    label: str = ""
+    host: str = ""
+    settings: dict = field(default_factory=dict)
+    repeat: int = 0
+    run_id: str | None = None
+    state: str = "pending"
+    reason: str = ""
+    hint: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    updated_at: float = 0.0
+
+
+_SWEEP_COLUMNS = tuple(f.name for f in fields(SweepRecord))
+_CELL_COLUMNS = tuple(f.name for f in fields(SweepCell))
+_SWEEP_JSON = frozenset({"hosts", "base", "matrix"})
+
+
 # --------------------------------------------------------------------------------------------------
 # Schema and migrations
 
@@ -182,8 +245,24 @@ def _v1(conn: sqlite3.Connection) -> None:
         conn.execute(sql)
 
 
+def _v2(conn: sqlite3.Connection) -> None:
+    """Sweeps: the matrix and its state, and one row per cell (``runs.sweep_id`` points back)."""
+    conn.execute("""CREATE TABLE sweeps (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL DEFAULT '', hosts TEXT NOT NULL DEFAULT '[]',
+        base TEXT NOT NULL DEFAULT '{}', matrix TEXT NOT NULL DEFAULT '{}', repeats INTEGER NOT NULL DEFAULT 1,
+        parallel INTEGER NOT NULL DEFAULT 0, seeds TEXT NOT NULL DEFAULT '', state TEXT NOT NULL DEFAULT 'queued',
+        message TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL, started_at REAL, ended_at REAL,
+        updated_at REAL NOT NULL)""")
+    conn.execute("""CREATE TABLE sweep_cells (
+        sweep_id TEXT NOT NULL, "index" INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '',
+        host TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', repeat INTEGER NOT NULL DEFAULT 0,
+        run_id TEXT, state TEXT NOT NULL DEFAULT 'pending', reason TEXT NOT NULL DEFAULT '',
+        hint TEXT NOT NULL DEFAULT '', started_at REAL, ended_at REAL, updated_at REAL NOT NULL,
+        PRIMARY KEY (sweep_id, "index")) WITHOUT ROWID""")
+
+
 #: Migration i brings a store from schema version i to i + 1.  Append, never edit or reorder.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
 
 _DATA_TABLES = ("blocks", "events", "logs", "offsets")
 
@@ -661,6 +740,85 @@ class RunStore:
             self._conn().execute("PRAGMA incremental_vacuum").fetchall()
         return existed
 
+    # -- sweeps -----------------------------------------------------------------------------------
+
+    def create_sweep(self, sweep: SweepRecord, cells: Iterable[SweepCell]) -> SweepRecord:
+        """Add a sweep and all its cells in one transaction."""
+        now = time.time()
+        sweep = replace(sweep, created_at=sweep.created_at or now, updated_at=now)
+        rows = [[_sweep_sql(c, getattr(replace(cell, sweep_id=sweep.id, updated_at=now), c)) for c in _CELL_COLUMNS]
+                for cell in cells]
+        with self._write() as conn:
+            try:
+                conn.execute(f"INSERT INTO sweeps ({_quoted(_SWEEP_COLUMNS)}) VALUES "
+                             f"({', '.join('?' * len(_SWEEP_COLUMNS))})",
+                             [_sweep_sql(c, getattr(sweep, c)) for c in _SWEEP_COLUMNS])
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"a sweep {sweep.id!r} is already in the run store") from exc
+            conn.executemany(f"INSERT INTO sweep_cells ({_quoted(_CELL_COLUMNS)}) VALUES "
+                             f"({', '.join('?' * len(_CELL_COLUMNS))})", rows)
+        return sweep
+
+    def get_sweep(self, sweep_id: str) -> SweepRecord:
+        row = self._conn().execute(f"SELECT {_quoted(_SWEEP_COLUMNS)} FROM sweeps WHERE id = ?",
+                                   (sweep_id,)).fetchone()
+        if row is None:
+            raise SweepNotFound(sweep_id)
+        return _decoded(SweepRecord, _SWEEP_COLUMNS, row)
+
+    def list_sweeps(self) -> list[SweepRecord]:
+        """Sweeps, newest first."""
+        rows = self._conn().execute(f"SELECT {_quoted(_SWEEP_COLUMNS)} FROM sweeps ORDER BY created_at DESC, id DESC")
+        return [_decoded(SweepRecord, _SWEEP_COLUMNS, row) for row in rows]
+
+    def update_sweep(self, sweep_id: str, *, expect: str | Iterable[str] | None = None,
+                     **changes: Any) -> SweepRecord | None:
+        """Set columns of a sweep; with ``expect``, only while its state is one of those (else None)."""
+        with self._write() as conn:
+            if self._set(conn, "sweeps", _SWEEP_COLUMNS, {"id": sweep_id}, expect, changes) == 0:
+                if expect is None or conn.execute("SELECT 1 FROM sweeps WHERE id = ?", (sweep_id,)).fetchone() is None:
+                    raise SweepNotFound(sweep_id)
+                return None
+        return self.get_sweep(sweep_id)
+
+    def sweep_cells(self, sweep_id: str) -> list[SweepCell]:
+        """The sweep's cells in index order."""
+        rows = self._conn().execute(f"SELECT {_quoted(_CELL_COLUMNS)} FROM sweep_cells WHERE sweep_id = ? "
+                                    f'ORDER BY "index"', (sweep_id,))
+        return [_decoded(SweepCell, _CELL_COLUMNS, row) for row in rows]
+
+    def update_cells(self, sweep_id: str, index: int | None = None, *, expect: str | Iterable[str] | None = None,
+                     **changes: Any) -> int:
+        """Set columns of cell ``index`` (of every cell when None) whose state is in ``expect`` (any when None).
+
+        Returns how many cells changed: a compare-and-set, so two processes never both claim a cell.
+        """
+        where: dict[str, Any] = {"sweep_id": sweep_id} if index is None else {"sweep_id": sweep_id, "index": index}
+        with self._write() as conn:
+            return self._set(conn, "sweep_cells", _CELL_COLUMNS, where, expect, changes)
+
+    def sweep_runs(self, sweep_id: str) -> list[RunRecord]:
+        """Every run a sweep created (a relaunched cell's earlier run too), oldest first."""
+        rows = self._conn().execute(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs WHERE sweep_id = ? "
+                                    "ORDER BY created_at, id", (sweep_id,))
+        return [_run_of(row) for row in rows]
+
+    @staticmethod
+    def _set(conn: sqlite3.Connection, table: str, columns: tuple[str, ...], where: dict[str, Any],
+             expect: str | Iterable[str] | None, changes: dict[str, Any]) -> int:
+        unknown = (set(changes) - set(columns)) | (set(changes) & {"id", "sweep_id", "index"})
+        if unknown:
+            raise TypeError(f"not an updatable column of {table}: {', '.join(sorted(unknown))}")
+        changes = {**changes, "updated_at": time.time()}
+        sql = f"UPDATE {table} SET {', '.join(f'{_quoted([k])} = ?' for k in changes)} WHERE " + \
+            " AND ".join(f"{_quoted([k])} = ?" for k in where)
+        args = [_sweep_sql(k, v) for k, v in changes.items()] + list(where.values())
+        if expect is not None:
+            states = [expect] if isinstance(expect, str) else list(expect)
+            sql += f" AND state IN ({', '.join('?' * len(states))})"
+            args += states
+        return conn.execute(sql, args).rowcount
+
     # -- storing the follow stream ---------------------------------------------------------------
 
     def store_chunk(self, run_id: str, node: int, chunk: Chunk) -> StoreResult:
@@ -929,6 +1087,27 @@ def _to_sql(column: str, value: Any) -> Any:
             value = {str(k): v for k, v in (value or {}).items()}
         return json.dumps(value if value is not None else ({} if column not in ("tags", "hosts") else []))
     return value
+
+
+def _quoted(columns: Iterable[str]) -> str:
+    return ", ".join(f'"{c}"' for c in columns)  # "index" is an SQL keyword
+
+
+def _sweep_sql(column: str, value: Any) -> Any:
+    """A sweep or cell value as stored: JSON text for the JSON columns, 0/1 for the flag."""
+    if column in _SWEEP_JSON or column == "settings":
+        return json.dumps(value)
+    return int(value) if column == "parallel" else value
+
+
+def _decoded(cls: type, columns: tuple[str, ...], row: tuple) -> Any:
+    values = dict(zip(columns, row))
+    for column in _SWEEP_JSON | {"settings"}:
+        if column in values:
+            values[column] = json.loads(values[column])
+    if "parallel" in values:
+        values["parallel"] = bool(values["parallel"])
+    return cls(**values)
 
 
 def _run_of(row: tuple) -> RunRecord:
