@@ -16,6 +16,7 @@ from pathlib import Path
 from remote_runner.config import (BACKENDS, COMPILE_MODES, INFERENCE_PRECISIONS, OPTIMIZERS, PRECISIONS, WORKLOADS,
                                   ConfigError)
 
+from .cli_compare import add_compare_command
 from .cli_hosts import add_host_commands, open_cli_target
 from .core.errors import describe
 from .core.hosts import HostError, HostNotFound, HostStore
@@ -369,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_launch_command(sub)
     _add_run_commands(sub)
     add_host_commands(sub)
+    add_compare_command(sub)
     return parser
 
 
