@@ -1,4 +1,5 @@
-"""Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``.
+"""Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``
+(and ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight).
 
 Each command prints JSON on stdout (``follow`` prints the framed stream of
 docs/PROTOCOL.md) and exits 0 on success, 2 when the request was refused.
@@ -134,6 +135,20 @@ def cmd_follow(args: argparse.Namespace) -> int:
     return follow(os.path.abspath(args.run_dir), args.offsets, once=args.once)
 
 
+def cmd_rdzv_listen(args: argparse.Namespace) -> int:
+    from .rendezvous import listen
+
+    return listen(_print, args.port, args.expect, args.timeout)
+
+
+def cmd_rdzv_check(args: argparse.Namespace) -> int:
+    from .rendezvous import check
+
+    result = check(args.address, args.port, args.token, args.timeout)
+    _print(result)
+    return 0 if result["ok"] else 2
+
+
 def cmd_supervise(args: argparse.Namespace) -> int:
     from .supervisor import supervise
 
@@ -163,6 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="offsets", default=None, help='JSON offsets, e.g. {"metrics.jsonl": 812}')
     p.add_argument("--once", action="store_true", help="send what is there now and stop")
     p.set_defaults(func=cmd_follow)
+    p = sub.add_parser("rdzv-listen", help="multi-node preflight on node 0: hold a rendezvous port, answer checks")
+    p.add_argument("--port", type=int, default=0, help="the port to hold (default: a free one)")
+    p.add_argument("--expect", type=int, default=1, help="end after this many checks")
+    p.add_argument("--timeout", type=float, default=60.0, help="end after this many seconds")
+    p.set_defaults(func=cmd_rdzv_listen)
+    p = sub.add_parser("rdzv-check", help="multi-node preflight on another node: reach node 0's rdzv-listen")
+    p.add_argument("address")
+    p.add_argument("port", type=int)
+    p.add_argument("token")
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.set_defaults(func=cmd_rdzv_check)
     for name, func in (("_supervise", cmd_supervise), ("_train", cmd_train)):
         p = sub.add_parser(name)
         p.add_argument("run_dir")

@@ -7,6 +7,7 @@ the wrong type is refused with an error that names the field.
 import dataclasses
 import json
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -21,6 +22,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 INFERENCE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+_ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$")
 
 
 class ConfigError(ValueError):
@@ -44,8 +46,6 @@ class ScriptConfig:
         if not self.entry or os.path.isabs(self.entry) or ".." in self.entry.split("/"):
             raise ConfigError("script.entry", "must be a relative path inside the script directory, got %r" % self.entry)
         if self.metric_regex is not None:
-            import re
-
             try:
                 re.compile(self.metric_regex)
             except re.error as exc:
@@ -86,6 +86,8 @@ class RunConfig:
     telemetry_interval_s: float = 0.5
     stop_grace_s: float = 10.0
     rank_failure_timeout_s: float = 60.0
+    #: Multi-node: how long node 0 waits for every node to join, and each node to reach node 0.
+    rdzv_timeout_s: float = 120.0
     script: Optional[ScriptConfig] = None
     env: Dict[str, str] = field(default_factory=dict)
     tags: List[str] = field(default_factory=list)
@@ -112,7 +114,9 @@ class RunConfig:
             raise ConfigError("node_rank", "must be below nnodes (%d), got %d" % (self.nnodes, self.node_rank))
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ConfigError("rdzv_endpoint", "a run on %d nodes needs the rendezvous endpoint host:port" % self.nnodes)
-        for name in ("lr", "telemetry_interval_s", "stop_grace_s", "rank_failure_timeout_s"):
+        if self.rdzv_endpoint and not _ENDPOINT.match(self.rdzv_endpoint):
+            raise ConfigError("rdzv_endpoint", "must be host:port or [ipv6]:port, got %r" % self.rdzv_endpoint)
+        for name in ("lr", "telemetry_interval_s", "stop_grace_s", "rank_failure_timeout_s", "rdzv_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, "must be positive, got %r" % getattr(self, name))
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]

@@ -129,6 +129,11 @@ _PATTERNS = (
      "choose a free port in the rendezvous endpoint"),
 )
 
+#: What a rank says when another rank (on another node, or its node itself) vanished: a consequence, not a cause.
+_PEER_LOST = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|Timed out waiting \d+ ?ms for (?:recv|send)|"
+                        r"remote process exited or there was a network error|ncclRemoteError|"
+                        r"Watchdog caught collective operation timeout")
+
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?", re.MULTILINE)
 _EXCEPTION_LINE = re.compile(r"^(?:\[(?:rank|default)(\d+)\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*"
                              r"(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(.*))?$", re.MULTILINE)
@@ -164,12 +169,22 @@ def classify(exit_code: Optional[int], log_text: str, errors: List[dict], stop_r
                     found.hint = error["hint"]
                 return found
 
-    if errors:
+    killed = exit_code == -signal.SIGKILL or root_exit == -signal.SIGKILL
+    consequences = bool(errors) and all(_PEER_LOST.search(text) for _, text in texts)
+    if consequences and not killed:
         first = errors[0]
+        cause = _PEER_LOST.search(texts[0][1]).group(0)
+        return Diagnosis("peer_lost", "Rank %s lost its connection to another rank (%s): that rank, or its node, "
+                         "failed first." % (first.get("rank"), cause),
+                         "find the rank that failed first: on a multi-node run look at the other nodes (ddpgui show "
+                         "RUN); if none failed, check the network between the nodes (NCCL_SOCKET_IFNAME or "
+                         "GLOO_SOCKET_IFNAME in the host profile's environment)", _int(first.get("rank")))
+    if errors and not consequences:
+        first = next(e for e, text in texts if not _PEER_LOST.search(text))  # the cause, not its echo
         found = _rank_died(_int(first.get("rank")), first.get("type"), first.get("message"))
         found.hint = first.get("hint") or found.hint
         return found
-    if exit_code == -signal.SIGKILL or root_exit == -signal.SIGKILL:
+    if killed:
         who = "Rank %d was" % root_rank if root_exit == -signal.SIGKILL else "The run was"
         return Diagnosis("killed", "%s killed with SIGKILL, most often by the kernel's out-of-memory killer when "
                          "the host runs out of RAM." % who,

@@ -65,6 +65,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def endpoint_port(endpoint: str) -> int:
+    """The port of ``host:port`` (or ``[ipv6]:port``)."""
+    return int(endpoint.rsplit(":", 1)[1])
+
+
 def start(run_dir: str) -> int:
     """Start the supervisor for ``run_dir`` detached from the caller; returns its pid."""
     # Written before the supervisor exists: it then only adds to it, so no update is lost.
@@ -91,13 +96,26 @@ class Supervisor:
         self.stopping = threading.Event()
 
     def torchrun_argv(self, port: int) -> List[str]:
+        """torchrun for this node; ``port`` is the rendezvous port of a one-node run.
+
+        One node: c10d rendezvous on 127.0.0.1.  Several nodes: torchrun's *static*
+        rendezvous at the endpoint the client chose (node 0's address and a port
+        checked free and reachable): node 0 hosts the TCPStore on that one port and
+        ``--node-rank`` is kept, so global rank 0 (the metrics writer) is on node 0.
+        c10d's dynamic rendezvous would rank the nodes by (hostname, pid) instead and
+        open a second, random port on whichever node came first.  ``timeout`` bounds
+        how long node 0 waits for the others to join.
+        """
         cfg = self.config
-        endpoint = cfg.rdzv_endpoint or "127.0.0.1:%d" % port
         argv = [sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
-                "--nproc-per-node", str(cfg.nproc_per_node),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", cfg.run_id or "ddpgui",
-                "--max-restarts", "0", "--monitor-interval", "0.5"]
+                "--nproc-per-node", str(cfg.nproc_per_node)]
+        if cfg.nnodes > 1:
+            argv += ["--rdzv-backend", "static", "--rdzv-endpoint", cfg.rdzv_endpoint,
+                     "--rdzv-conf", "timeout=%d" % max(1, round(cfg.rdzv_timeout_s))]
+        else:
+            argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", cfg.rdzv_endpoint or "127.0.0.1:%d" % port]
+        argv += ["--rdzv-id", cfg.run_id or "ddpgui", "--max-restarts", "0", "--monitor-interval", "0.5"]
         if cfg.mode == "script":
             script = cfg.script
             return argv + [os.path.join(script.dir, script.entry)] + list(script.args)
@@ -138,7 +156,7 @@ class Supervisor:
         for attempt in range(PORT_RETRIES + 1):
             if self.stopping.is_set():
                 return rc
-            port = free_port()
+            port = endpoint_port(self.config.rdzv_endpoint) if self.config.rdzv_endpoint else free_port()
             rc = self._run_once(port)
             if rc == 0 or self.stopping.is_set() or self.config.rdzv_endpoint or not self._port_clash():
                 return rc

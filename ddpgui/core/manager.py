@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from remote_runner.config import RunConfig, config_from_dict
 from remote_runner.status import FINAL_STATES
 
+from . import multinode
 from .errors import describe
+from .multinode import Preflight
 from .hosts import HostStore
 from .package import RunnerPackage, build_runner
 from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError
@@ -207,7 +209,7 @@ class RunManager:
         self._package = package
         self._targets: dict[str, Target] = {}
         self._deployed: set[str] = set()
-        self._environment: dict[str, dict] = {}
+        self._probes: dict[str, dict] = {}
         self._followers: dict[str, HostFollower] = {}
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
@@ -242,12 +244,16 @@ class RunManager:
             except Exception:  # closing a dead connection may fail; it is gone either way
                 pass
 
+    def probe(self, host: str) -> dict:
+        """The host's probe report (probed once per manager)."""
+        with self._lock:
+            if host not in self._probes:
+                self._probes[host] = self.target(host).probe()
+            return self._probes[host]
+
     def environment(self, host: str) -> dict:
         """The host's environment fingerprint (probed once per manager)."""
-        with self._lock:
-            if host not in self._environment:
-                self._environment[host] = environment_fingerprint(self.target(host).probe())
-            return self._environment[host]
+        return environment_fingerprint(self.probe(host))
 
     # ---- listeners -----------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -292,10 +298,27 @@ class RunManager:
             self.follow(cfg.run_id)
         return record
 
+    def preflight(self, hosts: list[str], settings: dict | RunConfig) -> Preflight:
+        """Check a multi-node run before launching it (every node reachable, processes, rendezvous port);
+        raises TargetError naming the node; the result's ``warnings`` (e.g. torch versions differ) are for the user."""
+        return multinode.preflight(self, hosts, settings if isinstance(settings, RunConfig) else make_config(settings))
+
+    def launch_nodes(self, hosts: list[str], settings: dict | RunConfig, progress: Progress | None = None,
+                     follow: bool = True, checked: Preflight | None = None, sweep_id: str | None = None) -> RunRecord:
+        """One run across ``hosts`` (node 0 first, it hosts the rendezvous): preflight unless ``checked``,
+        then launch every node; nothing is created when the preflight fails (see ddpgui.core.multinode)."""
+        record = multinode.launch_nodes(self, hosts, settings, progress, checked, sweep_id)
+        self._emit(RunUpdate(record.id, run=record))
+        if follow:
+            self.follow(record.id)
+        return record
+
     def rerun(self, run_id: str, progress: Progress | None = None) -> RunRecord:
         """Launch again with the same config (a new run id and the same name)."""
         old = self.store.get_run(run_id)
         settings = dict(old.config, run_id="")
+        if len(old.hosts) > 1:
+            return self.launch_nodes(old.hosts, settings, progress)
         return self.launch(old.host, settings, progress)
 
     def duplicate(self, run_id: str, **changes: object) -> dict:
@@ -361,6 +384,9 @@ class RunManager:
             self._emit(RunUpdate(run_id, run=self.store.update_run(run_id, state=beat.state)))
 
     def _run_ended(self, run_id: str, node: int, status: dict) -> None:
+        if len(self.store.get_run(run_id).run_dirs) > 1:
+            self._node_ended(run_id, node, status)
+            return
         changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
                    "message": status.get("message") or "", "hint": status.get("hint") or "",
                    "exit_code": status.get("exit_code"), "failure": status.get("failure"),
@@ -369,6 +395,29 @@ class RunManager:
         self._emit(RunUpdate(run_id, node, run=record))
         with self._ended:
             self._ended.notify_all()
+
+    def _node_ended(self, run_id: str, node: int, status: dict) -> None:
+        """A node of a multi-node run ended: a failure stops the other nodes (belt and braces: torchrun ends
+        them too) and is named at once; the run ends, in the worst of its nodes' states, when every node has."""
+        record = self.store.get_run(run_id)
+        states = multinode.node_states(self.store, record, {node: status})
+        if status.get("state") == "failed":
+            running = [s.node for s in states if not s.final]
+            if running:
+                threading.Thread(target=self._stop_nodes, args=(record, running), daemon=True).start()
+            record = self.store.update_run(run_id, **multinode.failure_columns(multinode.first_failure(states)))
+        final = multinode.outcome(states)
+        if final is not None:
+            record = self.store.update_run(run_id, **final)
+        self._emit(RunUpdate(run_id, node, run=record))
+        with self._ended:
+            self._ended.notify_all()
+
+    def _stop_nodes(self, record: RunRecord, nodes: list[int]) -> None:
+        try:
+            multinode.stop_nodes(self, record, nodes)
+        except TargetError as exc:
+            log.warning("run %s: %s", record.id, exc)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunRecord:
         """Block until the run has ended and all its records are stored."""
@@ -388,8 +437,12 @@ class RunManager:
         """End every process of the run on its host(s); the follower records the final state."""
         record = self.store.get_run(run_id)
         status = {}
-        for node, run_dir in record.run_dirs.items():
-            status = self.target(record.hosts[int(node)]).stop(run_dir)
+        if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
+            multinode.stop_nodes(self, record, list(record.run_dirs))
+            status = {"state": "stopped"}
+        else:
+            for node, run_dir in record.run_dirs.items():
+                status = self.target(record.hosts[int(node)]).stop(run_dir)
         if record.state not in FINAL_STATES and status.get("state") in FINAL_STATES:
             self.follow(run_id)  # make sure the final records and state arrive
         return self.store.get_run(run_id)

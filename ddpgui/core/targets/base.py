@@ -205,6 +205,19 @@ class Target(ABC):
     def stop(self, run_dir: str) -> dict:
         return self._runner_json("stop", run_dir, timeout=120)
 
+    def rdzv_listen(self, port: int = 0, expect: int = 1, timeout: float = 60.0) -> Stream:
+        """Multi-node preflight on node 0: hold a rendezvous port (0: a free one) and answer ``expect`` checks.
+
+        The stream's first JSON line is ``{"ok": true, "port": P, "token": T}`` (or an error and a hint).
+        """
+        return self.stream(self.runner("rdzv-listen", "--port", str(port), "--expect", str(expect),
+                                       "--timeout", str(timeout)))
+
+    def rdzv_check(self, address: str, port: int, token: str, timeout: float = 5.0) -> dict:
+        """Multi-node preflight on another node: connect to node 0's :meth:`rdzv_listen` from this host."""
+        return self._runner_json("rdzv-check", address, str(port), token, "--timeout", str(timeout),
+                                 timeout=timeout + 60)
+
     def follow_command(self, run_dir: str, offsets: dict[str, int] | None = None, once: bool = False) -> list[str]:
         """The runner's ``follow`` command for ``run_dir`` from byte ``offsets``."""
         return self.runner("follow", run_dir, "--from", json.dumps(offsets or {}), *(["--once"] if once else []))

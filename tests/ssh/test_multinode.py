@@ -1,0 +1,170 @@
+"""One run across two hosts (issue 7): two real sshd on loopback, two run roots, real torchrun with gloo.
+
+Node "n0" is the suite's target sshd and node "n1" its second sshd (the jump host), each with its own run
+root; 2 CPU processes per node make a world of 4.
+"""
+import dataclasses
+import getpass
+import json
+import os
+import signal
+import socket
+import sys
+
+import pytest
+
+from ddpgui.core.manager import RunManager
+from ddpgui.core.multinode import node_states
+from ddpgui.core.store import RunStore
+from ddpgui.core.targets.base import TargetError
+from remote_runner import proctree
+from remote_runner.status import FINAL_STATES, read_status
+from spools import host_records, wait_for
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"workload": "linear", "nproc_per_node": 2, "batch_size": 8, "dataset_size": 256, "log_every": 1,
+         "telemetry_interval_s": 0.25}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def nodes(ssh_env, tmp_path):
+    """A RunManager with profiles n0 and n1 on the two sshd (logging in as us, with this Python and torch)."""
+    created = []
+
+    def make(**changes):
+        profiles = {
+            "n0": ssh_env.profile("n0", user=getpass.getuser(), python=sys.executable, run_root=str(tmp_path / "n0")),
+            "n1": ssh_env.profile("n1", port=ssh_env.jump.port, user=getpass.getuser(), python=sys.executable,
+                                  run_root=str(tmp_path / "n1"), nccl_env={"GLOO_SOCKET_IFNAME": "lo"}),
+        }
+        for name, fields in changes.items():
+            profiles[name] = dataclasses.replace(profiles[name], **fields)
+        hosts = ssh_env.store(tmp_path, *profiles.values())
+        store = RunStore(tmp_path / "runs.sqlite3")
+        manager = RunManager(store, hosts, lambda name: ssh_env.target(tmp_path, hosts.get(name), store=hosts))
+        created.append((manager, store))
+        return manager
+
+    yield make
+    for manager, store in created:
+        manager.close()
+        store.close()
+
+
+def test_two_nodes_train_as_one_world_of_four(nodes):
+    manager = nodes()
+    record = manager.launch_nodes(["n0", "n1"], dict(SMALL, steps=30))
+    final = manager.wait(record.id, timeout=300)
+    assert final.state == "finished", (final.message, manager.store.log_tail(record.id, "stderr.log", 1)[-2000:])
+    assert final.hosts == ["n0", "n1"] and sorted(final.run_dirs) == [0, 1]
+    run0, run1 = final.run_dirs[0], final.run_dirs[1]
+    assert os.path.dirname(os.path.dirname(run0)) != os.path.dirname(os.path.dirname(run1))  # two run roots
+
+    # Every node got the same run, its own node rank, node 0's endpoint, and its profile's environment.
+    configs = [json.load(open(os.path.join(d, "config.json"))) for d in (run0, run1)]
+    assert [c["node_rank"] for c in configs] == [0, 1] and {c["nnodes"] for c in configs} == {2}
+    assert configs[0]["rdzv_endpoint"] == configs[1]["rdzv_endpoint"]
+    assert configs[0]["rdzv_endpoint"].startswith("127.0.0.1:")
+    assert configs[1]["env"] == {"GLOO_SOCKET_IFNAME": "lo"} and configs[0]["env"] == {}
+    assert {k: v for k, v in configs[0].items() if k not in ("node_rank", "env")} == \
+        {k: v for k, v in configs[1].items() if k not in ("node_rank", "env")}
+
+    # Metrics come from global rank 0 (node 0) and are complete; the world had 4 ranks.
+    assert [r["step"] for r in manager.store.records(record.id)] == list(range(1, 31))
+    assert manager.store.records(record.id) == host_records(run0)
+    assert not os.path.exists(os.path.join(run1, "metrics.jsonl"))
+    starts = [e for e in manager.store.events(record.id, 0) if e.get("event") == "train_start"]
+    assert starts and starts[0]["world_size"] == 4
+
+    # Each node's own telemetry, events and logs are stored under its node.
+    for node, run_dir in ((0, run0), (1, run1)):
+        telemetry = manager.store.records(record.id, "telemetry.jsonl", node)
+        assert telemetry and telemetry == host_records(run_dir, "telemetry.jsonl"), node
+        assert manager.store.events(record.id, node)[-1]["event"] == "finished"
+        assert b"starting torchrun" in manager.store.log_tail(record.id, "stderr.log", node)
+    assert [s.state for s in node_states(manager.store, final)] == ["finished", "finished"]
+    assert len(final.environment["nodes"]) == 2 and final.environment["warnings"] == []
+
+
+def test_killing_node_1_fails_the_run_on_both_nodes_naming_node_1(nodes):
+    manager = nodes()
+    # rank_failure_timeout_s is the bound on a collective waiting for a dead peer.
+    record = manager.launch_nodes(["n0", "n1"], dict(SMALL, steps=100000, rank_failure_timeout_s=20))
+    run0, run1 = record.run_dirs[0], record.run_dirs[1]
+    assert wait_for(lambda: (manager.store.get_run(record.id).last_step or 0) >= 5, timeout=240)
+    ranks = [pid for pid in proctree.rank_pids(run1) if pid in proctree.run_processes(run1, [])]
+    assert len(ranks) == 2
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    final = manager.wait(record.id, timeout=20 + 60)  # the bound, plus slack for a loaded machine
+    assert final.state == "failed"
+    assert final.message.startswith("node 1 (n1) failed: ") and "killed" in final.message, final.message
+    assert final.failed_rank in (2, 3) and final.hint
+    # The run ended on both nodes: each supervisor recorded an outcome and left no process behind.
+    statuses = [read_status(d) for d in (run0, run1)]
+    assert all(s["state"] in FINAL_STATES for s in statuses)
+    assert statuses[1]["state"] == "failed" and statuses[1]["failure"] == "killed"
+    assert wait_for(lambda: not proctree.run_processes(run0, []) and not proctree.run_processes(run1, []), 30)
+    states = node_states(manager.store, final)
+    assert [s.final for s in states] == [True, True] and states[1].failure == "killed"
+
+
+def test_preflight_names_an_unreachable_node_and_launches_nothing(nodes, tmp_path):
+    manager = nodes(n1={"port": _closed_port()})
+    with pytest.raises(TargetError) as caught:
+        manager.launch_nodes(["n0", "n1"], dict(SMALL, steps=10))
+    assert str(caught.value).startswith("node 1 (n1) is not reachable: ")
+    assert caught.value.hint
+    assert manager.store.list_runs() == []
+    assert not os.path.exists(tmp_path / "n0" / "runs") or not os.listdir(tmp_path / "n0" / "runs")
+
+
+def test_preflight_finds_a_blocked_rendezvous_port_and_launches_nothing(nodes, tmp_path):
+    # 192.0.2.1 (TEST-NET-1) is never routed: node 1 cannot reach node 0 there, as behind a firewall.
+    manager = nodes(n0={"rdzv_address": "192.0.2.1"})
+    with pytest.raises(TargetError) as caught:
+        manager.launch_nodes(["n0", "n1"], dict(SMALL, steps=10))
+    message = str(caught.value)
+    assert message.startswith("node 1 (n1) cannot reach node 0 (n0) at 192.0.2.1:"), message
+    assert "firewall" in caught.value.hint and "rendezvous address" in caught.value.hint
+    assert manager.store.list_runs() == []
+    for node in ("n0", "n1"):
+        assert not os.path.exists(tmp_path / node / "runs") or not os.listdir(tmp_path / node / "runs")
+
+
+def test_preflight_names_a_taken_rendezvous_port_on_node_0(nodes):
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        manager = nodes(n0={"rdzv_address": f"127.0.0.1:{taken.getsockname()[1]}"})
+        with pytest.raises(TargetError) as caught:
+            manager.preflight(["n0", "n1"], dict(SMALL, steps=10))
+    assert str(caught.value).startswith("node 0 (n0) cannot hold a rendezvous port: cannot listen on port ")
+    assert "another program holds that port" in caught.value.hint
+
+
+def test_preflight_refuses_more_processes_than_a_node_has(nodes):
+    manager = nodes()
+    with pytest.raises(TargetError) as caught:
+        manager.preflight(["n0", "n1"], dict(SMALL, nproc_per_node=10000, steps=10))
+    assert str(caught.value).startswith("node 0 (n0) has ") and "asks for 10000 per node" in str(caught.value)
+    assert "lower the processes per node" in caught.value.hint
+
+
+def test_stop_stops_every_node(nodes):
+    manager = nodes()
+    record = manager.launch_nodes(["n0", "n1"], dict(SMALL, steps=100000))
+    assert wait_for(lambda: (manager.store.get_run(record.id).last_step or 0) >= 3, timeout=240)
+    manager.stop(record.id)
+    final = manager.wait(record.id, timeout=120)
+    assert final.state == "stopped", final.message
+    assert [read_status(d)["state"] in FINAL_STATES for d in final.run_dirs.values()] == [True, True]
+    for run_dir in final.run_dirs.values():
+        assert not proctree.run_processes(run_dir, [])
