@@ -22,6 +22,7 @@ from .core.errors import describe
 from .core.hosts import HostError, HostNotFound, HostStore
 from .core.live import LiveRun, format_duration, format_rate, progress_line
 from .core.manager import RunManager, RunUpdate
+from .core.multinode import node_states
 from .core.runs import make_config
 from .core.secrets import SecretsUnavailable
 from .core.store import RunRecord, RunStore, StoreError
@@ -87,9 +88,11 @@ def _env_pair(text: str) -> tuple[str, str]:
 
 def _launched(manager: RunManager, record: RunRecord, follow: bool) -> int:
     """After a launch: print the run's id and dir as JSON, or follow it live."""
-    print(f"launched {record.name!r} on {record.host} as {record.id} ({record.run_dirs[0]})", file=sys.stderr)
+    print(f"launched {record.name!r} on {', '.join(record.hosts)} as {record.id} ({record.run_dirs[0]})",
+          file=sys.stderr)
     if not follow:
-        print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0]}))
+        extra = {"run_dirs": record.run_dirs} if len(record.run_dirs) > 1 else {}
+        print(json.dumps({"run_id": record.id, "run_dir": record.run_dirs[0], **extra}))
         return EXIT_OK
     return follow_live(manager, record.id)
 
@@ -97,8 +100,25 @@ def _launched(manager: RunManager, record: RunRecord, follow: bool) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     cfg = make_config(_settings(args))
     with _manager(args) as manager:
-        record = manager.launch(args.host, cfg, progress=_upload_progress, follow=args.follow)
+        if args.nodes:
+            record = _launch_nodes(manager, args, cfg)
+        elif args.host:
+            record = manager.launch(args.host, cfg, progress=_upload_progress, follow=args.follow)
+        else:
+            raise CLIError("name the host to run on", "ddpgui launch HOST ..., or ddpgui launch --nodes A,B ... for "
+                           "one run across several hosts")
         return _launched(manager, record, args.follow)
+
+
+def _launch_nodes(manager: RunManager, args: argparse.Namespace, cfg) -> RunRecord:
+    """``launch --nodes A,B``: preflight (its warnings printed), then one run across the hosts."""
+    if args.host:
+        raise CLIError(f"with --nodes, give no HOST (got {args.host!r})", "arguments for your script go after --")
+    hosts = [h.strip() for h in args.nodes.split(",") if h.strip()]
+    checked = manager.preflight(hosts, cfg)
+    for warning in checked.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return manager.launch_nodes(hosts, cfg, progress=_upload_progress, follow=args.follow, checked=checked)
 
 
 def cmd_follow(args: argparse.Namespace) -> int:
@@ -137,6 +157,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"{record.name}  ({record.id})")
         print(f"  host        {', '.join(record.hosts)}   dir {record.run_dirs.get(0, '-')}")
         print(f"  state       {record.state}" + (f"  — {record.message}" if record.message else ""))
+        if len(record.run_dirs) > 1:
+            for node in node_states(store, record):
+                print(f"  node {node.node:<6} {node.host}: {node.state}" + (f" — {node.message}" if node.message
+                                                                           else "") + f"   dir {node.run_dir}")
         if record.hint:
             print(f"  hint        {record.hint}")
         print(f"  settings    {cfg.get('workload')} x{cfg.get('nproc_per_node')} {cfg.get('precision')} "
@@ -291,7 +315,9 @@ def _print_summary(live: LiveRun, record: RunRecord) -> None:
 def add_launch_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("launch", help="start a DDP run on a host (local = this computer)",
                        description="Start a DDP run. Everything after -- goes to your script.")
-    p.add_argument("host", help="host profile name; 'local' is this computer")
+    p.add_argument("host", nargs="?", help="host profile name; 'local' is this computer")
+    p.add_argument("--nodes", metavar="A,B,...", help="one run across several host profiles (multi-node torchrun), "
+                   "node 0 first: it hosts the rendezvous; --nproc is per node")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--workload", choices=WORKLOADS, default=None)
     what.add_argument("--script", metavar="DIR", help="your own script's directory (uploaded with it)")
@@ -375,7 +401,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # What follows "--" is the script's (argparse would mistake it for an optional HOST).
+    head, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = build_parser()
+    args = parser.parse_args(head)
+    if script_args:
+        if not hasattr(args, "script_args"):
+            parser.error(f"unexpected arguments after --: {' '.join(script_args)}")
+        args.script_args = [*args.script_args, *script_args]
     try:
         return args.func(args)
     except (ConfigError, CLIError, HostError, HostNotFound) as exc:

@@ -7,14 +7,18 @@ import dataclasses
 import getpass
 import json
 import os
+import secrets
 import signal
 import socket
 import sys
 
 import pytest
 
+from ddpgui.cli import main as cli_main
+from ddpgui.core.hosts import HostStore
 from ddpgui.core.manager import RunManager
 from ddpgui.core.multinode import node_states
+from ddpgui.core.paths import config_dir
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner import proctree
@@ -168,3 +172,46 @@ def test_stop_stops_every_node(nodes):
     assert [read_status(d)["state"] in FINAL_STATES for d in final.run_dirs.values()] == [True, True]
     for run_dir in final.run_dirs.values():
         assert not proctree.run_processes(run_dir, [])
+
+
+@pytest.fixture
+def app_profiles(ssh_env, tmp_path, monkeypatch):
+    """Profiles n0/n1 (fresh names) in the app's own hosts file, as the CLI reads them; removed afterwards."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # the real ~/.ssh/known_hosts is neither read nor needed
+    (config_dir() / "known_hosts").unlink(missing_ok=True)
+    suffix = secrets.token_hex(3)
+    names = [f"mn0-{suffix}", f"mn1-{suffix}", f"mndead-{suffix}"]
+    hosts = HostStore()
+    for name, port in zip(names, (ssh_env.server.port, ssh_env.jump.port, _closed_port())):
+        hosts.add(ssh_env.profile(name, port=port, user=getpass.getuser(), python=sys.executable,
+                                  run_root=str(tmp_path / name)))
+    yield names
+    for name in names:
+        HostStore().remove(name)
+
+
+def test_cli_launch_nodes_follow_and_show_per_node_state(app_profiles, capsys):
+    n0, n1, dead = app_profiles
+    capsys.readouterr()
+    assert cli_main(["launch", "--nodes", f"{n0},{dead}", "--workload", "linear", "--steps", "5",
+                     "--accept-new-host-key"]) == 1
+    assert f"node 1 ({dead}) is not reachable" in capsys.readouterr().err
+    assert cli_main(["launch", "--nodes", f"{n0},{n1}", "--workload", "linear", "--nproc", "2", "--steps", "20",
+                     "--batch-size", "8", "--log-every", "1", "--accept-new-host-key"]) == 0
+    launched = json.loads(capsys.readouterr().out)
+    assert sorted(launched["run_dirs"]) == ["0", "1"]
+    assert cli_main(["follow", launched["run_id"], "--accept-new-host-key"]) == 0
+    capsys.readouterr()
+    assert cli_main(["show", launched["run_id"]]) == 0
+    shown = capsys.readouterr().out
+    assert f"node 0      {n0}: finished" in shown and f"node 1      {n1}: finished" in shown, shown
+    assert "steps       20/20" in shown
+
+
+def test_cli_refuses_both_a_host_and_nodes(app_profiles, capsys):
+    n0, n1, _ = app_profiles
+    assert cli_main(["launch", n0, "--nodes", f"{n0},{n1}", "--workload", "linear"]) == 2
+    err = capsys.readouterr().err
+    assert "with --nodes, give no HOST" in err and "after --" in err
+    assert cli_main(["launch", "--workload", "linear"]) == 2
+    assert "name the host to run on" in capsys.readouterr().err
