@@ -5,11 +5,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .core import analysis
+from .core import analysis, figures, report
 from .core.hosts import HostStore
 from .core.store import RunRecord, RunStore
 
-ALL_FORMATS = ("pdf", "svg", "png", "csv", "tex", "json")
+ALL_FORMATS = figures.FORMATS + report.FORMATS
 
 
 def add_compare_command(sub: argparse._SubParsersAction) -> None:
@@ -78,7 +78,6 @@ def _runs(store: RunStore, args: argparse.Namespace) -> list[RunRecord]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .cli import EXIT_OK, CLIError, _find_run
-    from .core import figures, report
 
     formats = _formats(args.format)
     if args.dpi < 72:

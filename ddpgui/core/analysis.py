@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from remote_runner.metrics import METRICS, TELEMETRY
 
 from .store import RunRecord, RunStore
+
+if TYPE_CHECKING:
+    from .hosts import HostStore
 
 #: Config keys that do not change what a run measures: runs that differ only in these are repeats
 #: (identity, the seed, and the operational timeouts and sampling interval).
@@ -363,7 +366,7 @@ def run_stats(store: RunStore, run_id: str, price_per_hour: float | None = None,
         reasons["time_to_n_s"] = "no steps logged"
 
     _telemetry_stats(store, run, stats)
-    _duration_and_cost(run, events, t, stats)
+    _duration_and_cost(run, events, stats)
     return _fill_reasons(stats)
 
 
@@ -408,7 +411,7 @@ def _telemetry_stats(store: RunStore, run: RunRecord, stats: RunStats) -> None:
         stats.reasons["energy_j"] = "no GPU power samples (a CPU run, or the GPU does not report power)"
 
 
-def _duration_and_cost(run: RunRecord, events: list[dict], t: np.ndarray, stats: RunStats) -> None:
+def _duration_and_cost(run: RunRecord, events: list[dict], stats: RunStats) -> None:
     """Wall time from the supervisor's ``started`` event to the final event (else the run record's times)."""
     times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
     if len(times) >= 2:
@@ -439,8 +442,8 @@ def _fill_reasons(stats: RunStats) -> RunStats:
     return stats
 
 
-def run_price_per_hour(run: RunRecord, hosts) -> float | None:
-    """The summed price per hour of the run's hosts (a ``HostStore``); None when any host has no price."""
+def run_price_per_hour(run: RunRecord, hosts: HostStore) -> float | None:
+    """The summed price per hour of the run's hosts (every node is billed); None when any host has no price."""
     total = 0.0
     for name in run.hosts or [run.host]:
         try:

@@ -148,21 +148,27 @@ def run_labels(comparison: Comparison) -> dict[str, str]:
 
 def export(comparison: Comparison, store: RunStore, out_dir: str | Path, formats: Iterable[str] = FORMATS,
            width: str = "single", x: str = "step", dpi: int = 300, caption: bool = True,
-           figures: Sequence[str] = FIGURES, stem: str = "") -> Exported:
-    """Draw each figure once and save it in each format (``<stem><figure>.<fmt>`` in ``out_dir``)."""
-    formats = [f for f in formats if f in FORMATS]
+           figures: Sequence[str] = FIGURES) -> Exported:
+    """Draw each figure once and save it in each format as ``<figure>.<fmt>`` in ``out_dir``."""
+    formats = list(formats)
+    for given, allowed, what in ((formats, FORMATS, "format"), (figures, FIGURES, "figure")):
+        unknown = [g for g in given if g not in allowed]
+        if unknown:
+            raise ValueError(f"unknown {what} {', '.join(unknown)}: choose from {', '.join(allowed)}")
     if width not in WIDTHS:
         raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got {width!r}")
     if x not in X_LABELS:
         raise ValueError(f"x must be one of {', '.join(X_LABELS)}, got {x!r}")
     if dpi < 72:
         raise ValueError(f"dpi must be at least 72, got {dpi}")
+    result = Exported()
+    if not formats:
+        return result
     import matplotlib
     from matplotlib.figure import Figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result = Exported()
     text = caption_text(comparison)
     inches = WIDTHS[width]
     drawers = {"loss": lambda ax: _loss(ax, comparison, store, x, int(inches * dpi)),
@@ -177,11 +183,10 @@ def export(comparison: Comparison, store: RunStore, out_dir: str | Path, formats
                 result.skipped[name] = why
                 continue
             if caption and text:
-                fig.get_layout_engine().set(h_pad=0.02)
                 fig.supxlabel(text, fontsize=5.5, color="#444444")
             title = f"{ax.get_title() or name} ({comparison.baseline_group.label} baseline)"
             for fmt in formats:
-                path = out / f"{stem}{name}.{fmt}"
+                path = out / f"{name}.{fmt}"
                 fig.savefig(path, format=fmt, dpi=dpi, metadata=_metadata(fmt, title, text))
                 fig.set_layout_engine("none")  # laid out once (in inches): the other formats keep it
                 result.paths.append(path)
@@ -228,8 +233,8 @@ def _bars(ax, groups: list[GroupStats], values: list[float | None], errors: list
         ax.bar(pos[i], v, color=style.color, hatch=style.hatch, edgecolor="black", linewidth=0.5,
                yerr=None if e is None else np.array(e, float).reshape(2, 1), capsize=2.5,
                error_kw={"elinewidth": 0.7, "capthick": 0.7})
-    ax.set_xticks(pos, [g.label for g in groups], rotation=30 if len(groups) > 2 else 0, ha="right"
-                   if len(groups) > 2 else "center")
+    ax.set_xticks(pos, [f"{g.label}\nn={g.n}" for g in groups], rotation=30 if len(groups) > 2 else 0,
+                  ha="right" if len(groups) > 2 else "center")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     return "drawn"

@@ -51,10 +51,15 @@ class BundleError(StoreError):
 
 def export(comparison: Comparison, store: RunStore, out_dir: str | Path, formats: Iterable[str] = FORMATS) -> Exported:
     """Write the data formats asked for: csv (points, telemetry, summary), tex (summary.tex), json (runs.json)."""
+    formats = set(formats)
+    unknown = formats - set(FORMATS)
+    if unknown:
+        raise ValueError(f"unknown format {', '.join(sorted(unknown))}: choose from {', '.join(FORMATS)}")
+    result = Exported()
+    if not formats:
+        return result
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    formats = set(formats)
-    result = Exported()
     run_ids = [r.run_id for r in comparison.runs]
     if "csv" in formats:
         result.paths += export_csv(store, run_ids, out)

@@ -123,7 +123,9 @@ def test_figures_that_cannot_be_drawn_say_why(tmp_path):
 def test_bad_arguments_are_refused(compared, tmp_path):
     store, comparison = compared
     for kwargs, message in (({"width": "triple"}, "width must be one of single, double"),
-                            ({"x": "epoch"}, "x must be one of step, time"), ({"dpi": 10}, "dpi must be at least 72")):
+                            ({"x": "epoch"}, "x must be one of step, time"), ({"dpi": 10}, "dpi must be at least 72"),
+                            ({"formats": ["pdf", "eps"]}, "unknown format eps"),
+                            ({"figures": ["pie"]}, "unknown figure pie: choose from loss")):
         with pytest.raises(ValueError, match=message):
             figures.export(comparison, store, tmp_path, **kwargs)
 

@@ -184,3 +184,10 @@ def test_an_active_run_is_imported_as_stopped(store, tmp_path):
         (record,) = import_bundle(other, path)
         assert record.state == "stopped" and "while it was running" in record.message
         assert other.records("live") == store.records("live")
+
+
+def test_unknown_data_format_is_refused(store, comparison, tmp_path):
+    with pytest.raises(ValueError, match="unknown format docx: choose from csv, tex, json"):
+        report.export(comparison, store, tmp_path / "out", ["csv", "docx"])
+    assert not (tmp_path / "out").exists()
+    assert report.export(comparison, store, tmp_path / "out", []).paths == []
