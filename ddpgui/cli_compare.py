@@ -49,11 +49,11 @@ def _formats(text: str) -> list[str]:
 
 
 def _sweep_runs(store: RunStore, text: str) -> list[RunRecord]:
-    """The finished runs of the sweep with id (or unique id prefix) ``text``."""
+    """The finished runs of the sweep whose id starts with ``text``, or else whose name is ``text``."""
     from .cli import CLIError
 
-    sweeps = [s for s in store.list_sweeps() if s.id == text] or [s for s in store.list_sweeps()
-                                                                   if s.id.startswith(text)]
+    everything = store.list_sweeps()
+    sweeps = [s for s in everything if s.id.startswith(text)] or [s for s in everything if s.name == text]
     if len(sweeps) != 1:
         raise CLIError(f"no sweep {text!r}" if not sweeps else f"{text!r} matches {len(sweeps)} sweeps",
                        "list sweeps with: ddpgui sweep list" if not sweeps else "give more of the sweep id")

@@ -105,3 +105,28 @@ def test_compare_refuses_bad_requests(app_data, tmp_path, capsys):
     assert main(["compare", app_data[0], "--dpi", "10", "--out", out]) == 2
     assert "--dpi 10 is too low" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing written for a refused request
+
+
+def test_compare_a_sweep_takes_its_finished_runs(tmp_path, monkeypatch, capsys):
+    from ddpgui.core.store import SweepCell, SweepRecord
+    from stored_runs import constant_run
+
+    monkeypatch.setenv("DDPGUI_DATA_DIR", str(tmp_path / "data"))
+    base = {"workload": "mlp", "compile": "off", "precision": "fp32", "steps": 10}
+    with RunStore() as store:
+        store.create_sweep(SweepRecord("sw-1234", name="nproc sweep", hosts=["local"]),
+                           [SweepCell("sw-1234", i) for i in range(3)])
+        for i, (nproc, rate) in enumerate([(1, 100.0), (2, 190.0), (2, 0.0)]):
+            constant_run(store, f"cell{i}", rate, dict(base, nproc_per_node=nproc))
+            store.update_run(f"cell{i}", sweep_id="sw-1234", state="failed" if i == 2 else "finished")
+        constant_run(store, "other", 50.0, base)  # not in the sweep
+    out = tmp_path / "out"
+    assert main(["compare", "--sweep", "nproc sweep", "--format", "csv", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "comparing 2 finished of its 3 runs" in captured.err
+    with open(out / "summary.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["level"] == "group"]
+    efficiency = next(r for r in rows if r["label"] == "2×" and r["metric"] == "scaling_efficiency")
+    assert float(efficiency["value"]) == pytest.approx(190.0 / (2 * 100.0))  # T(2) / (2 · T(1))
+    assert {r["runs"] for r in rows} == {"cell0", "cell1"}
+    assert main(["compare", "--sweep", "sw-12", "--format", "tex", "--out", str(out)]) == 0
