@@ -11,6 +11,12 @@ import time
 from dataclasses import dataclass, field
 
 
+#: Below this average GPU utilization after warm-up the input pipeline is probably the bottleneck.
+LOW_UTIL_PCT = 60.0
+#: GPU samples (all GPUs together) needed after warm-up before saying so.
+LOW_UTIL_MIN_SAMPLES = 20
+
+
 @dataclass
 class LiveRun:
     total_steps: int | None = None
@@ -34,6 +40,9 @@ class LiveRun:
     gpus: dict[int, dict] = field(default_factory=dict)
     steady: list[float] = field(default_factory=list)
     inference: list[dict] = field(default_factory=list)
+    warm: bool = False  # a training step past warm-up has been recorded
+    util_sum: float = 0.0  # GPU utilization samples after warm-up, for the input-pipeline hint
+    util_n: int = 0
 
     def add_metric(self, rec: dict) -> None:
         self.step = rec.get("step", self.step)
@@ -45,8 +54,10 @@ class LiveRun:
         for key in ("loss", "samples_per_s", "tokens_per_s", "mem_peak_gib"):
             if rec.get(key) is not None:
                 setattr(self, key, rec[key])
-        if rec.get("samples_per_s") is not None and not rec.get("warmup") and rec.get("phase") != "inference":
-            self.steady.append(rec["samples_per_s"])
+        if not rec.get("warmup") and rec.get("phase") != "inference":
+            self.warm = True
+            if rec.get("samples_per_s") is not None:
+                self.steady.append(rec["samples_per_s"])
 
     def add_telemetry(self, rec: dict) -> None:
         if rec.get("kind") == "cpu":
@@ -55,6 +66,9 @@ class LiveRun:
             self.rss_gib = rec.get("rss_gib")
         elif rec.get("kind") == "gpu":
             self.gpus[rec.get("gpu", 0)] = rec
+            if self.warm and rec.get("util_pct") is not None:
+                self.util_sum += rec["util_pct"]
+                self.util_n += 1
 
     def add_event(self, rec: dict) -> None:
         event = rec.get("event")
@@ -110,6 +124,20 @@ class LiveRun:
         return elapsed * (1 - frac) / frac
 
     @property
+    def mean_gpu_util(self) -> float | None:
+        """Average GPU utilization (all GPUs) since warm-up ended."""
+        return self.util_sum / self.util_n if self.util_n else None
+
+    @property
+    def pipeline_hint(self) -> str | None:
+        """Advice when the GPUs mostly wait: utilization under LOW_UTIL_PCT after warm-up."""
+        util = self.mean_gpu_util
+        if util is None or self.util_n < LOW_UTIL_MIN_SAMPLES or util >= LOW_UTIL_PCT:
+            return None
+        return (f"The GPUs were busy only {util:.0f}% of the time since warm-up: the input pipeline is probably the "
+                f"bottleneck. Try more DataLoader workers, pinned memory, or a larger batch per GPU.")
+
+    @property
     def steady_samples_per_s(self) -> float | None:
         if self.summary.get("steady_samples_per_s") is not None:
             return self.summary["steady_samples_per_s"]
@@ -135,13 +163,17 @@ def format_rate(value: float | None, unit: str) -> str:
     return f"{value:.1f} {unit}"
 
 
+def progress_bar(fraction: float | None, width: int = 20) -> str:
+    """``[#####...............]  25.0% `` (empty when the fraction is unknown)."""
+    if fraction is None:
+        return ""
+    filled = int(fraction * width)
+    return "[" + "#" * filled + "." * (width - filled) + f"] {fraction * 100:5.1f}% "
+
+
 def progress_line(live: LiveRun, width: int = 20) -> str:
     """One line: bar, step/total, loss, throughput, device use, ETA."""
-    frac = live.fraction
-    bar = ""
-    if frac is not None:
-        filled = int(frac * width)
-        bar = "[" + "#" * filled + "." * (width - filled) + f"] {frac * 100:5.1f}% "
+    bar = progress_bar(live.fraction, width)
     total = f"/{live.total_steps}" if live.total_steps else ""
     loss = f"{live.loss:.4f}" if live.loss is not None else "-"
     parts = [f"{bar}step {live.step}{total}", f"loss {loss}", format_rate(live.samples_per_s, "samples/s")]

@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         self.hosts_panel = HostsPanel(self.hosts)
         self.launch_panel = LaunchPanel()
         self.runs_table = RunsTable(self.store)
-        self.dashboard = Dashboard(self.store)
+        self.dashboard = Dashboard(self.store, loader=self.workers.start)
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.hosts_panel)
         left.addWidget(self.launch_panel)
@@ -87,6 +87,7 @@ class MainWindow(QMainWindow):
         self.hosts_panel.hosts_changed.connect(self._update_prices)
         self.launch_panel.launch_requested.connect(self.launch)
         self.runs_table.run_selected.connect(self.show_run)
+        self.runs_table.runs_selected.connect(self.dashboard.set_runs)
         self.runs_table.action_requested.connect(self.run_action)
         self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
         self.updates.update.connect(self._on_update)
@@ -128,6 +129,7 @@ class MainWindow(QMainWindow):
                 pass
         self.dashboard.smoothing.setValue(int(self.settings.value("plots/smoothing", 60)))
         self.dashboard.log_y.setChecked(self.settings.value("plots/log_y", "false") in (True, "true"))
+        self.dashboard.set_x_axis(str(self.settings.value("plots/x_axis", "step")))
         self.hosts_panel.reload(self.settings.value("hosts/last", "local"))
         self._host_selected(self.hosts_panel.current())
 
@@ -138,6 +140,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("launch/settings", json.dumps(self.launch_panel.settings()))
         self.settings.setValue("plots/smoothing", self.dashboard.smoothing.value())
         self.settings.setValue("plots/log_y", self.dashboard.log_y.isChecked())
+        self.settings.setValue("plots/x_axis", self.dashboard.x_axis)
         self.settings.sync()
 
     def _update_prices(self) -> None:
@@ -205,7 +208,7 @@ class MainWindow(QMainWindow):
                            on_return=done, on_error=failed)
 
     def show_run(self, run_id: str) -> None:
-        if run_id != self.dashboard.run_id:
+        if run_id not in self.dashboard.run_ids:
             self.dashboard.set_run(run_id)
         self.tabs.setCurrentWidget(self.dashboard)
 
@@ -247,8 +250,8 @@ class MainWindow(QMainWindow):
 
     def _deleted(self, run_id: str) -> None:
         self.runs_table.model.remove_run(run_id)
-        if self.dashboard.run_id == run_id:
-            self.dashboard.set_run(None)
+        if run_id in self.dashboard.run_ids:
+            self.dashboard.set_runs([r for r in self.dashboard.run_ids if r != run_id])
 
     def refresh(self) -> None:
         self.runs_table.model.reload()

@@ -21,7 +21,7 @@ def _launch(window, qtbot, steps: int) -> str:
 
 
 def _points(window) -> int:
-    x, _ = window.dashboard.loss_plot.curve_data("ema")
+    x, _ = window.dashboard.loss_plot.curve_data(f"{window.dashboard.run_id}:ema")
     return 0 if x is None else len(x)
 
 
@@ -29,7 +29,7 @@ def test_launch_watch_and_finish(window, qtbot):
     run_id = _launch(window, qtbot, steps=30)
     assert window.tabs.currentWidget() is window.dashboard
     qtbot.waitUntil(lambda: _points(window) > 3, timeout=90_000)
-    x, y = window.dashboard.loss_plot.curve_data("raw")
+    x, y = window.dashboard.loss_plot.curve_data(f"{run_id}:raw")
     assert x.dtype.kind == "f" and len(x) == len(y)
     model = window.runs_table.model
     assert model.row_of(run_id) >= 0

@@ -1,8 +1,18 @@
-"""A pyqtgraph plot for live series: peak downsampling, clip-to-view, crosshair with values."""
+"""A pyqtgraph plot for live series: every point kept, drawn as an exact per-pixel min/max envelope.
+
+Curves are bound to :class:`SeriesBuffer`s.  Each redraw (at most the dashboard's timer
+rate) and each pan/zoom asks the buffers for the envelope of the visible range at the
+plot's pixel width (see :meth:`SeriesBuffer.envelope`), so drawing costs O(pixels) per
+curve however many points a run has, and the data is never sampled.
+"""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFileDialog
 
 from .buffer import SeriesBuffer
 
@@ -10,8 +20,20 @@ PALETTE = ("#4c8df6", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#e
            "#9c755f", "#bab0ac")
 
 
+def _opaque_grid(item: pg.PlotItem) -> None:
+    """A faint grid drawn in an opaque colour: alpha-blended grid lines cost half of a repaint offscreen."""
+    background = pg.mkColor(pg.getConfigOption("background"))
+    foreground = pg.mkColor(pg.getConfigOption("foreground"))
+    mix = [round(b + 0.15 * (f - b)) for b, f in zip(background.getRgb()[:3], foreground.getRgb()[:3])]
+    for name in ("left", "bottom"):
+        axis = item.getAxis(name)
+        axis.setTickPen(pg.mkPen(mix))
+        axis.setStyle(tickAlpha=255, maxTickLevel=1)  # opaque, and no third level of faint lines
+    item.showGrid(x=True, y=True, alpha=1.0)
+
+
 class LivePlot(pg.PlotWidget):
-    """Curves bound to buffers; :meth:`redraw` pushes only the buffers that changed."""
+    """Curves bound to buffers; :meth:`redraw` pushes the buffers that changed, or all after a pan/zoom."""
 
     def __init__(self, title: str = "", y_label: str = "", x_label: str = "step", parent=None):
         super().__init__(parent=parent)
@@ -20,27 +42,43 @@ class LivePlot(pg.PlotWidget):
         item.setTitle(title)
         item.setLabel("left", y_label)
         item.setLabel("bottom", x_label)
-        item.showGrid(x=True, y=True, alpha=0.15)
-        item.setDownsampling(auto=True, mode="peak")
-        item.setClipToView(True)
+        _opaque_grid(item)
         self.legend = item.addLegend(offset=(-10, 10))
         self.curves: dict[str, tuple[pg.PlotDataItem, SeriesBuffer]] = {}
         self._dirty: set[str] = set()
+        self._drawn: dict[str, tuple[int, int] | None] = {}  # what a curve holds when it holds raw points
+        self._view_moved = False
+        self._drawing = False
+        self._wall_clock = False
         self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=Qt.PenStyle.DashLine))
         self._readout = pg.TextItem(anchor=(0, 1), color="#888")
         for overlay in (self._vline, self._readout):
             overlay.setVisible(False)
             item.addItem(overlay, ignoreBounds=True)
         self._mouse = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=20, slot=self._on_mouse)
+        view = item.getViewBox()
+        view.sigXRangeChanged.connect(self._on_view_moved)
+        view.sigResized.connect(self._on_view_moved)
+        menu = view.menu
+        menu.addSeparator()
+        for fmt in ("PNG", "SVG"):
+            action = QAction(f"Save this plot as {fmt}…", menu)
+            action.triggered.connect(lambda _=False, f=fmt: self._ask_export(f))
+            menu.addAction(action)
 
+    # ---- curves ----------------------------------------------------------------------------
     def add_curve(self, key: str, buffer: SeriesBuffer, name: str | None = None, color: str | None = None,
-                  width: float = 1.5, alpha: int = 255) -> pg.PlotDataItem:
+                  width: float = 1.0, alpha: int = 255, style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> pg.PlotDataItem:
         color = pg.mkColor(color or PALETTE[len(self.curves) % len(PALETTE)])
-        color.setAlpha(alpha)
-        curve = self.getPlotItem().plot([], [], pen=pg.mkPen(color, width=width), name=name)
-        curve.setDownsampling(auto=True, method="peak")
-        curve.setClipToView(True)
+        if alpha < 255:  # a faint curve in an opaque tint: alpha blending would cost more than the curve
+            background = pg.mkColor(pg.getConfigOption("background"))
+            f = alpha / 255
+            color = pg.mkColor([round(f * c + (1 - f) * b) for c, b in zip(color.getRgb()[:3],
+                                                                         background.getRgb()[:3])])
+        curve = self.getPlotItem().plot([], [], pen=pg.mkPen(color, width=width, style=style), name=name,
+                                        connect="finite")
         self.curves[key] = (curve, buffer)
+        self._drawn.pop(key, None)
         self._dirty.add(key)
         return curve
 
@@ -50,21 +88,104 @@ class LivePlot(pg.PlotWidget):
         self.legend.clear()
         self.curves.clear()
         self._dirty.clear()
+        self._drawn.clear()
 
     def mark_dirty(self, key: str | None = None) -> None:
         self._dirty.update(self.curves if key is None else (key,))
 
+    def set_wall_clock(self, on: bool, x_label: str) -> None:
+        """Bottom axis as dates/times (x in Unix seconds) or plain numbers."""
+        item = self.getPlotItem()
+        if on != self._wall_clock:
+            self._wall_clock = on
+            item.setAxisItems({"bottom": pg.DateAxisItem(orientation="bottom") if on else
+                               pg.AxisItem(orientation="bottom")})
+            _opaque_grid(item)
+        item.setLabel("bottom", x_label)
+
+    # ---- drawing ---------------------------------------------------------------------------
+    def _on_view_moved(self, *_: object) -> None:
+        """A pan/zoom by the user is redrawn at once; an auto-range that follows live data (it happens while
+        the scene prepares to paint) waits for the next timer tick, so each frame paints only once."""
+        self._view_moved = True
+        if not self._drawing and not self.getPlotItem().getViewBox().autoRangeEnabled()[0]:
+            self.redraw()
+
     def redraw(self) -> None:
-        for key in self._dirty:
-            if key in self.curves:
-                curve, buffer = self.curves[key]
-                curve.setData(buffer.x, buffer.y)
-        self._dirty.clear()
+        """Give the changed curves (all of them after a pan, zoom or resize) their envelope for the view."""
+        if self._drawing or not (self._dirty or self._view_moved):
+            return
+        self._drawing = True
+        try:
+            for _ in range(2):  # a second pass when the new data moved an auto-ranged view
+                keys = set(self.curves) if self._view_moved else self._dirty & set(self.curves)
+                self._dirty.clear()
+                self._view_moved = False
+                if not keys:
+                    break
+                view = self.getPlotItem().getViewBox()
+                (x0, x1), _ = view.viewRange()
+                pixels = max(1, int(view.width()))
+                for key in keys:
+                    curve, buffer = self.curves[key]
+                    drawn = (buffer.version, pixels) if buffer.is_raw(pixels) else None
+                    if drawn is not None and self._drawn.get(key) == drawn:
+                        continue  # the raw points, unchanged: the view alone moved
+                    curve.setData(*buffer.envelope(x0, x1, pixels))
+                    self._drawn[key] = drawn
+                if any(view.state["autoRange"]):
+                    # follow the new data now: left to paint time, the range change would paint the frame twice
+                    view.updateAutoRange()
+                if not self._view_moved:
+                    break
+        finally:
+            self._drawing = False
 
     def curve_data(self, key: str):
         """The x/y the curve holds now (for tests)."""
         return self.curves[key][0].getData()
 
+    # ---- export ----------------------------------------------------------------------------
+    def export_image(self, path: str | Path) -> Path:
+        """Write this plot alone as PNG or SVG (by the file's suffix)."""
+        from pyqtgraph.exporters import ImageExporter
+
+        path = Path(path)
+        if path.suffix.lower() == ".svg":
+            # pyqtgraph's SVGExporter cannot parse the paths Qt 6 writes; Qt's own SVG painter is vector too
+            from PySide6.QtGui import QPainter
+            from PySide6.QtSvg import QSvgGenerator
+
+            generator = QSvgGenerator()
+            generator.setFileName(str(path))
+            generator.setSize(self.size())
+            generator.setViewBox(self.rect())
+            generator.setTitle(self.getPlotItem().titleLabel.text or "plot")
+            generator.setDescription("exported by ddpgui")
+            painter = QPainter(generator)
+            try:
+                self.render(painter)
+            finally:
+                painter.end()
+            return path
+        if path.suffix.lower() == ".png":
+            exporter = ImageExporter(self.getPlotItem())
+            exporter.parameters()["width"] = max(1200, int(self.width() * 2))
+        else:
+            raise ValueError(f"export a plot as .png or .svg, not {path.suffix or 'a file without a suffix'}")
+        exporter.export(str(path))
+        return path
+
+    def _ask_export(self, fmt: str) -> None:
+        title = self.getPlotItem().titleLabel.text or "plot"
+        path, _ = QFileDialog.getSaveFileName(self, f"Save plot as {fmt}", f"{title}.{fmt.lower()}",
+                                              f"{fmt} (*.{fmt.lower()})")
+        if path:
+            if not path.lower().endswith(f".{fmt.lower()}"):
+                path += f".{fmt.lower()}"
+            self.export_image(path)
+
+    # ---- crosshair -------------------------------------------------------------------------
     def _on_mouse(self, event) -> None:
         pos = event[0]
         item = self.getPlotItem()

@@ -1,7 +1,14 @@
-"""Live dashboard of one run: header, loss (EMA + faint raw), throughput, device use, log tail, Stop."""
+"""Live dashboard of one or several runs (overlaid): header, loss, throughput, device use, log tail, Stop.
+
+A run's stored series are read on a worker thread (:func:`load_trace`); live updates
+that arrive meanwhile are queued and replayed after it by ``seq``, so nothing is shown
+twice or lost.  Curves redraw on a timer (at most 20 Hz) as exact per-pixel envelopes.
+"""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -11,17 +18,20 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, Q
 
 from ddpgui.core.live import LiveRun, format_duration, format_rate
 from ddpgui.core.manager import RunUpdate
-from ddpgui.core.store import RunNotFound, RunStore
+from ddpgui.core.store import RunNotFound, RunRecord, RunStore
 
 from ..plots.buffer import SeriesBuffer, SmoothedBuffer
-from ..plots.live_plot import LivePlot
+from ..plots.live_plot import PALETTE, LivePlot
 
 #: Redraw period: at most 20 Hz whatever the data rate.
 REDRAW_MS = 50
 LOG_LINES = 2000
 DEVICE_METRICS = {"GPU utilization %": "util_pct", "GPU memory GiB": "mem_used_gib", "GPU power W": "power_w",
                   "GPU temperature °C": "temp_c"}
-CPU_METRICS = ("cpu_pct", "proc_cpu_pct")
+CPU_METRICS = {"cpu_pct": "host CPU %", "proc_cpu_pct": "run's processes CPU %"}
+X_AXES = ("step", "elapsed", "wall clock")
+RECORD_SPOOLS = ("metrics.jsonl", "telemetry.jsonl", "events.jsonl")
+LOG_SPOOLS = ("stdout.log", "stderr.log")
 
 
 def alpha_of(slider_value: int) -> float:
@@ -29,25 +39,214 @@ def alpha_of(slider_value: int) -> float:
     return max(0.005, 1.0 - slider_value / 100.0)
 
 
-class Dashboard(QWidget):
-    stop_requested = Signal(str)
+@dataclass
+class TraceData:
+    """What the store holds for a run, read off the GUI thread."""
 
-    def __init__(self, store: RunStore, parent=None):
-        super().__init__(parent)
-        self.store = store
-        self.run_id: str | None = None
+    run: RunRecord
+    metrics: dict[str, np.ndarray]
+    telemetry: dict[str, np.ndarray]
+    events: list[dict]
+    logs: dict[str, bytes]
+    last_seq: dict[str, int] = field(default_factory=dict)
+
+
+def load_trace(store: RunStore, run_id: str) -> TraceData:
+    """Read a run's series, events and log tails (runs on a worker thread: SQLite and numpy only)."""
+    run = store.get_run(run_id)
+    metrics = store.series(run_id, "metrics.jsonl")
+    telemetry = store.series(run_id, "telemetry.jsonl")
+    events = store.events(run_id)
+    logs = {spool: store.log_tail(run_id, spool) for spool in LOG_SPOOLS}
+    last_seq = {}
+    for spool, columns in (("metrics.jsonl", metrics), ("telemetry.jsonl", telemetry)):
+        seq = columns.get("seq")
+        last_seq[spool] = int(seq[-1]) if seq is not None and len(seq) else -1
+    host_events = [e for e in events if e.get("seq", -1) >= 0]
+    last_seq["events.jsonl"] = max((int(e["seq"]) for e in host_events), default=-1)
+    return TraceData(run, metrics, telemetry, events, logs, last_seq)
+
+
+class RunTrace:
+    """One run on the dashboard: its live numbers and its curves' buffers.
+
+    Loss points are kept with both their step and their time, so the x axis can switch
+    between step, elapsed time (since the run's first host timestamp) and wall clock.
+    """
+
+    def __init__(self, run_id: str, color: str, alpha: float):
+        self.run_id = run_id
+        self.color = color
+        self.name = run_id
         self.live = LiveRun()
         self.t0: float | None = None
-        self.loss = SmoothedBuffer(alpha=alpha_of(60))
+        self.loaded = False
+        self.pending: list[RunUpdate] = []
+        self.loss = SmoothedBuffer(alpha=alpha)
+        self.loss_step_t = SeriesBuffer()  # x: step, y: host time of each loss point
         self.throughput = SeriesBuffer()
         self.device: dict[tuple[str, int], SeriesBuffer] = {}
         self.gpu_names: dict[int, str] = {}
+        self.logs: list[str] = []
+
+    def time_x(self, t: float, x_axis: str) -> float:
+        return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
+
+    def apply(self, data: TraceData, x_axis: str) -> None:
+        """Fill the buffers from the stored series (vectorised: one extend per curve)."""
+        run, metrics, telemetry = data.run, data.metrics, data.telemetry
+        cfg = run.config or {}
+        self.name = run.name or run.id
+        self.live = LiveRun(total_steps=run.total_steps, total_minutes=cfg.get("minutes"), state=run.state,
+                            message=run.message, hint=run.hint, summary=run.summary or {})
+        if (run.environment or {}).get("gpu"):
+            self.gpu_names[0] = run.environment["gpu"]
+        starts = [e["t"] for e in data.events if e.get("event") == "started" and e.get("t")]
+        for columns in (metrics, telemetry):
+            if len(columns.get("t", ())):
+                starts.append(float(columns["t"][0]))
+        self.t0 = min(starts) if starts else None
+        warm_t = None
+        steps = metrics.get("step")
+        if steps is not None and len(steps):
+            train = np.ones(len(steps), dtype=bool)
+            phase = metrics.get("phase")
+            if phase is not None and phase.dtype == object:
+                train = phase != "inference"
+            t = metrics["t"][train]
+            loss = metrics.get("loss", np.full(len(train), np.nan))[train]
+            self.loss_step_t.extend(steps[train], t)
+            self.loss.extend(steps[train] if x_axis == "step" else self.time_x_array(t, x_axis), loss)
+            rate = metrics.get("samples_per_s")
+            if rate is not None:
+                self.throughput.extend(self.time_x_array(t, x_axis), rate[train])
+            self.live.step = int(steps[-1])
+            for key in ("loss", "samples_per_s", "mem_peak_gib"):
+                if key in metrics and metrics[key].dtype == np.float64 and metrics[key][-1] == metrics[key][-1]:
+                    setattr(self.live, key, float(metrics[key][-1]))
+            self.live.started_t = float(metrics["t"][0])
+            self.live.last_t = float(metrics["t"][-1])
+            self.live.first_metric = (float(metrics["t"][0]), int(steps[0]))
+            warmup = metrics.get("warmup")
+            past = np.ones(len(t), dtype=bool) if warmup is None else np.array(
+                [v is False or v == 0 for v in warmup[train].tolist()], dtype=bool)
+            if past.any():
+                self.live.warm, warm_t = True, float(t[past][0])
+        for event in data.events:
+            self.live.add_event(event)
+        self.live.state, self.live.message, self.live.hint = run.state, run.message, run.hint
+        if len(telemetry.get("t", ())):
+            self._load_telemetry(telemetry, x_axis, warm_t)
+        self.logs = [data.logs[s].decode("utf-8", "replace").rstrip("\n") for s in LOG_SPOOLS if data.logs.get(s)]
+        self.loaded = True
+
+    def time_x_array(self, t: np.ndarray, x_axis: str) -> np.ndarray:
+        return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
+
+    def _load_telemetry(self, telemetry: dict[str, np.ndarray], x_axis: str, warm_t: float | None) -> None:
+        t = self.time_x_array(telemetry["t"], x_axis)
+        kinds = telemetry.get("kind")
+        is_gpu = kinds == "gpu" if kinds is not None else np.zeros(len(t), dtype=bool)
+        groups = [(-1, ~is_gpu, CPU_METRICS)]
+        if is_gpu.any():
+            gpu_ids = np.nan_to_num(telemetry.get("gpu", np.zeros(len(t))), nan=0.0).astype(int)
+            names = telemetry.get("name")
+            for gpu in np.unique(gpu_ids[is_gpu]).tolist():
+                rows = is_gpu & (gpu_ids == gpu)
+                named = [n for n in names[rows] if n] if names is not None else []
+                if named:
+                    self.gpu_names[gpu] = named[-1]
+                groups.append((gpu, rows, DEVICE_METRICS.values()))
+            util = telemetry.get("util_pct")
+            if util is not None and util.dtype == np.float64 and warm_t is not None:
+                after = is_gpu & ~np.isnan(util) & (telemetry["t"] >= warm_t)
+                self.live.util_sum, self.live.util_n = float(util[after].sum()), int(after.sum())
+        for gpu, rows, metrics in groups:
+            for metric in metrics:
+                values = telemetry.get(metric)
+                if values is None or values.dtype != np.float64:
+                    continue
+                keep = rows & ~np.isnan(values)
+                if keep.any():
+                    self.device.setdefault((metric, gpu), SeriesBuffer()).extend(t[keep], values[keep])
+
+    def add_records(self, spool: str, records: list[dict], x_axis: str) -> tuple[bool, bool, bool]:
+        """Live records into the buffers; returns (metrics changed, device changed, new device curve)."""
+        metrics_changed = device_changed = new_curve = False
+        for rec in records:
+            self.live.add(spool, rec)
+            t = rec.get("t")
+            if self.t0 is None and t is not None:
+                self.t0 = t
+            if spool == "metrics.jsonl" and rec.get("step") is not None and rec.get("phase") != "inference":
+                t = time.time() if t is None else t
+                loss = rec.get("loss")
+                self.loss_step_t.append(rec["step"], t)
+                self.loss.append(rec["step"] if x_axis == "step" else self.time_x(t, x_axis),
+                                 np.nan if loss is None else loss)
+                if rec.get("samples_per_s") is not None:
+                    self.throughput.append(self.time_x(t, x_axis), rec["samples_per_s"])
+                metrics_changed = True
+            elif spool == "telemetry.jsonl":
+                device_changed = True
+                new_curve |= self._add_telemetry(rec, x_axis)
+        return metrics_changed, device_changed, new_curve
+
+    def _add_telemetry(self, rec: dict, x_axis: str) -> bool:
+        t = self.time_x(float(rec.get("t", time.time())), x_axis)
+        if rec.get("kind") == "gpu":
+            gpu = int(rec.get("gpu", 0) or 0)
+            if rec.get("name"):
+                self.gpu_names[gpu] = rec["name"]
+            metrics = DEVICE_METRICS.values()
+        else:
+            gpu, metrics = -1, CPU_METRICS
+        new = False
+        for metric in metrics:
+            value = rec.get(metric)
+            if value is None or (isinstance(value, float) and value != value):
+                continue
+            key = (metric, gpu)
+            if key not in self.device:
+                self.device[key] = SeriesBuffer()
+                new = True
+            self.device[key].append(t, value)
+        return new
+
+    def set_x_axis(self, old: str, new: str) -> None:
+        """Move every buffer to another x axis (vectorised)."""
+        if old == new:
+            return
+        shift = (self.t0 or 0.0) * ((new == "wall clock") - (old == "wall clock"))
+        if new == "step":
+            self.loss.set_x(self.loss_step_t.x)
+        else:
+            self.loss.set_x(self.time_x_array(self.loss_step_t.y, new))
+        for buffer in (self.throughput, *self.device.values()):
+            if shift:
+                xs, ys = buffer.x + shift, buffer.y.copy()
+                buffer.clear()
+                buffer.extend(xs, ys)
+
+
+class Dashboard(QWidget):
+    stop_requested = Signal(str)
+
+    def __init__(self, store: RunStore, parent=None, loader: Callable | None = None):
+        """``loader(func, *args, on_return=...)`` runs the store reads off the GUI thread (a WorkerPool's
+        ``start``); without one they run inline."""
+        super().__init__(parent)
+        self.store = store
+        self.loader = loader
+        self.traces: dict[str, RunTrace] = {}
+        self.x_axis = "step"
         self._header_dirty = True
 
         self.title = QLabel("No run selected", objectName="run_title")
         self.state = QLabel(objectName="run_state")
         self.stats = QLabel(objectName="run_stats")
         self.error = QLabel(objectName="run_error", wordWrap=True, visible=False)
+        self.advice = QLabel(objectName="run_advice", wordWrap=True, visible=False)
         self.stop_button = QPushButton("Stop", objectName="stop_button", toolTip="Stop the run (Ctrl+.)",
                                        enabled=False)
         self.stop_button.clicked.connect(lambda: self.run_id and self.stop_requested.emit(self.run_id))
@@ -57,15 +256,15 @@ class Dashboard(QWidget):
         self.smoothing.valueChanged.connect(self._set_smoothing)
         self.log_y = QCheckBox("log y", objectName="log_y")
         self.log_y.toggled.connect(lambda on: self.loss_plot.getPlotItem().setLogMode(y=on))
+        self.x_axis_box = QComboBox(objectName="x_axis", toolTip="x axis of the loss plot")
+        self.x_axis_box.addItems(X_AXES)
+        self.x_axis_box.currentTextChanged.connect(self.set_x_axis)
         self.device_metric = QComboBox(objectName="device_metric")
         self.device_metric.currentTextChanged.connect(self._show_device_metric)
 
         self.loss_plot = LivePlot("Loss", "loss", "step")
-        self.loss_plot.add_curve("raw", self.loss, None, "#4c8df6", width=1, alpha=70)
-        self.loss_plot.add_curve("ema", self.loss.smooth, "loss (EMA)", "#4c8df6", width=2)
-        self.rate_plot = LivePlot("Throughput", "samples/s", "seconds")
-        self.rate_plot.add_curve("rate", self.throughput, "samples/s", "#f28e2b")
-        self.device_plot = LivePlot("Device", "", "seconds")
+        self.rate_plot = LivePlot("Throughput", "samples/s", "elapsed (s)")
+        self.device_plot = LivePlot("Device", "", "elapsed (s)")
         self.plots = (self.loss_plot, self.rate_plot, self.device_plot)
 
         self.log = QPlainTextEdit(objectName="log_tail", readOnly=True)
@@ -80,8 +279,11 @@ class Dashboard(QWidget):
         head.addWidget(self.stop_button, 0, 2)
         head.addWidget(self.stats, 1, 0, 1, 3)
         head.addWidget(self.error, 2, 0, 1, 3)
+        head.addWidget(self.advice, 3, 0, 1, 3)
         head.setColumnStretch(0, 1)
         options = QHBoxLayout()
+        options.addWidget(QLabel("x axis"))
+        options.addWidget(self.x_axis_box)
         options.addWidget(QLabel("Smoothing"))
         options.addWidget(self.smoothing)
         options.addWidget(self.log_y)
@@ -111,147 +313,112 @@ class Dashboard(QWidget):
         self.timer.timeout.connect(self.redraw)
         self.timer.start()
 
-    # ---- loading ---------------------------------------------------------------------------
+    # ---- which runs ------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str | None:
+        """The primary run (the first selected): its header, log and Stop button are shown."""
+        return next(iter(self.traces), None)
+
+    @property
+    def run_ids(self) -> list[str]:
+        return list(self.traces)
+
+    @property
+    def live(self) -> LiveRun:
+        trace = self.traces.get(self.run_id) if self.run_id else None
+        return trace.live if trace else LiveRun()
+
     def set_run(self, run_id: str | None) -> None:
-        """Show ``run_id``: everything stored so far, then live updates."""
-        self.run_id = run_id
-        self.loss.clear()
-        self.throughput.clear()
-        self.device.clear()
-        self.gpu_names.clear()
-        self.device_plot.remove_curves()
+        self.set_runs([run_id] if run_id else [])
+
+    def set_runs(self, run_ids: list[str]) -> None:
+        """Show these runs overlaid (the first one is primary): stored data, then live updates."""
+        run_ids = list(dict.fromkeys(run_ids))
+        if run_ids == self.run_ids:
+            return
+        old, new = self.traces, []
+        self.traces = {}
+        alpha = alpha_of(self.smoothing.value())
+        for i, run_id in enumerate(run_ids):
+            color = PALETTE[i % len(PALETTE)]
+            trace = old.get(run_id)
+            if trace is None:
+                trace = RunTrace(run_id, color, alpha)
+                new.append(trace)
+            trace.color = color
+            self.traces[run_id] = trace
         self.log.clear()
-        self.t0 = None
-        if run_id is None:
-            self.live = LiveRun()
-            self.title.setText("No run selected")
+        primary = self.traces.get(self.run_id) if self.run_id else None
+        if primary and primary.loaded:
+            self._show_logs(primary)
+        self._rebuild_curves()
+        self._header_dirty = True
+        for trace in new:
+            self._load(trace)
+
+    def _load(self, trace: RunTrace) -> None:
+        def failed(exc: Exception) -> None:
+            if self.traces.get(trace.run_id) is not trace:
+                return
+            if isinstance(exc, RunNotFound):  # deleted meanwhile
+                del self.traces[trace.run_id]
+                self._rebuild_curves()
+            else:
+                trace.live.state, trace.live.message = "failed", f"could not read the run: {exc}"
+                trace.loaded = True
             self._header_dirty = True
+
+        def done(data: TraceData) -> None:
+            if self.traces.get(trace.run_id) is trace:
+                self._loaded(trace, data)
+
+        if self.loader is not None:
+            self.loader(load_trace, self.store, trace.run_id, on_return=done, on_error=failed)
             return
         try:
-            run = self.store.get_run(run_id)
-        except RunNotFound:
-            self.set_run(None)
+            data = load_trace(self.store, trace.run_id)
+        except Exception as exc:
+            failed(exc)
             return
-        cfg = run.config or {}
-        self.live = LiveRun(total_steps=run.total_steps, total_minutes=cfg.get("minutes"), state=run.state,
-                            message=run.message, hint=run.hint, summary=run.summary or {})
-        self.title.setText(run.name or run.id)
-        gpus = (run.environment or {}).get("gpu")
-        if gpus:
-            self.gpu_names[0] = gpus
-        metrics = self.store.series(run_id, "metrics.jsonl")
-        if len(metrics.get("step", ())):
-            self.t0 = float(metrics["t"][0])
-            train = np.ones(len(metrics["step"]), dtype=bool)
-            if "phase" in metrics and metrics["phase"].dtype == object:
-                train = metrics["phase"] != "inference"
-            self.loss.extend(metrics["step"][train], metrics.get("loss", np.full(len(train), np.nan))[train])
-            rate = metrics.get("samples_per_s")
-            if rate is not None:
-                self.throughput.extend(metrics["t"][train] - self.t0, rate[train])
-            self.live.step = int(metrics["step"][-1])
-            for key in ("loss", "samples_per_s", "mem_peak_gib"):
-                if key in metrics and metrics[key][-1] == metrics[key][-1]:
-                    setattr(self.live, key, float(metrics[key][-1]))
-            self.live.started_t = self.t0
-            self.live.last_t = float(metrics["t"][-1])
-            self.live.first_metric = (self.t0, int(metrics["step"][0]))
-        for event in self.store.events(run_id):
-            self.live.add_event(event)
-        self.live.state, self.live.message, self.live.hint = run.state, run.message, run.hint
-        telemetry = self.store.series(run_id, "telemetry.jsonl")
-        if len(telemetry.get("t", ())):
-            self.t0 = self.t0 if self.t0 is not None else float(telemetry["t"][0])
-            self._load_telemetry(telemetry)
-        for spool in ("stdout.log", "stderr.log"):
-            tail = self.store.log_tail(run_id, spool)
-            if tail:
-                self.log.appendPlainText(tail.decode("utf-8", "replace").rstrip("\n"))
+        done(data)
+
+    def _loaded(self, trace: RunTrace, data: TraceData) -> None:
+        trace.apply(data, self.x_axis)
+        if trace.run_id == self.run_id:
+            self.log.clear()
+            self._show_logs(trace)
+        pending, trace.pending = trace.pending, []
+        for update in pending:  # what arrived while the store was read: only records it did not have
+            records = {s: [r for r in recs if r.get("seq", 0) > data.last_seq.get(s, -1)]
+                       for s, recs in update.records.items()}
+            self._apply_update(trace, RunUpdate(update.run_id, update.node, records=records, logs=update.logs,
+                                                run=update.run))
+        self._rebuild_curves()
+        self._header_dirty = True
+
+    def _show_logs(self, trace: RunTrace) -> None:
+        for text in trace.logs:
+            self.log.appendPlainText(text)
+
+    # ---- curves ----------------------------------------------------------------------------
+    def _label(self, trace: RunTrace, text: str) -> str:
+        return f"{trace.name} {text}".strip() if len(self.traces) > 1 else text
+
+    def _rebuild_curves(self) -> None:
+        self.loss_plot.remove_curves()
+        self.rate_plot.remove_curves()
+        for trace in self.traces.values():
+            self.loss_plot.add_curve(f"{trace.run_id}:raw", trace.loss, None, trace.color, alpha=70)
+            self.loss_plot.add_curve(f"{trace.run_id}:ema", trace.loss.smooth,
+                                     trace.name if len(self.traces) > 1 else "loss (EMA)", trace.color)
+            self.rate_plot.add_curve(f"{trace.run_id}:rate", trace.throughput, self._label(trace, "samples/s"),
+                                     trace.color)
         self._fill_metric_choices()
         for plot in self.plots:
-            plot.mark_dirty()
             plot.enableAutoRange()
-        self._header_dirty = True
-
-    # ---- live updates ----------------------------------------------------------------------
-    def on_update(self, update: RunUpdate) -> None:
-        if update.run_id != self.run_id or self.run_id is None:
-            return
-        for spool, records in update.records.items():
-            for rec in records:
-                self.live.add(spool, rec)
-                if spool == "metrics.jsonl" and rec.get("step") is not None and rec.get("phase") != "inference":
-                    if self.t0 is None:
-                        self.t0 = rec.get("t", time.time())
-                    loss = rec.get("loss")
-                    self.loss.append(rec["step"], np.nan if loss is None else loss)
-                    if rec.get("samples_per_s") is not None:
-                        self.throughput.append(rec.get("t", time.time()) - self.t0, rec["samples_per_s"])
-                    self.loss_plot.mark_dirty()
-                    self.rate_plot.mark_dirty()
-                elif spool == "telemetry.jsonl":
-                    if self.t0 is None:
-                        self.t0 = rec.get("t", time.time())
-                    self._add_telemetry(rec)
-        for spool, data in update.logs.items():
-            self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
-        if update.run is not None:
-            self.live.state, self.live.message, self.live.hint = update.run.state, update.run.message, update.run.hint
-            if update.run.summary:
-                self.live.summary = update.run.summary
-        self._header_dirty = True
-
-    def _load_telemetry(self, telemetry: dict[str, np.ndarray]) -> None:
-        """Stored telemetry into the device buffers: one extend per (metric, GPU), not a loop per sample."""
-        t = telemetry["t"] - (self.t0 or 0.0)
-        kinds = telemetry.get("kind")
-        is_gpu = kinds == "gpu" if kinds is not None else np.zeros(len(t), dtype=bool)
-        groups = [(-1, ~is_gpu, CPU_METRICS)]
-        if is_gpu.any():
-            gpu_ids = np.nan_to_num(telemetry.get("gpu", np.zeros(len(t))), nan=0.0).astype(int)
-            names = telemetry.get("name")
-            for gpu in np.unique(gpu_ids[is_gpu]).tolist():
-                rows = is_gpu & (gpu_ids == gpu)
-                named = [n for n in names[rows] if n] if names is not None else []
-                if named:
-                    self.gpu_names[gpu] = named[-1]
-                groups.append((gpu, rows, DEVICE_METRICS.values()))
-        for gpu, rows, metrics in groups:
-            for metric in metrics:
-                values = telemetry.get(metric)
-                if values is None or values.dtype != np.float64:
-                    continue
-                keep = rows & ~np.isnan(values)
-                if keep.any():
-                    self.device.setdefault((metric, gpu), SeriesBuffer()).extend(t[keep], values[keep])
-        self.device_plot.mark_dirty()
-
-    def _add_telemetry(self, rec: dict) -> None:
-        t = float(rec.get("t", 0.0)) - (self.t0 or 0.0)
-        if rec.get("kind") == "gpu":
-            gpu = int(rec.get("gpu", 0) or 0)
-            if rec.get("name"):
-                self.gpu_names[gpu] = rec["name"]
-            metrics = DEVICE_METRICS.values()
-        else:
-            gpu = -1
-            metrics = CPU_METRICS
-        new = False
-        for metric in metrics:
-            value = rec.get(metric)
-            if value is None or (isinstance(value, float) and value != value):
-                continue
-            key = (metric, gpu)
-            if key not in self.device:
-                self.device[key] = SeriesBuffer()
-                new = True
-            self.device[key].append(t, value)
-        if new:
-            self._fill_metric_choices()
-        self.device_plot.mark_dirty()
 
     def _fill_metric_choices(self) -> None:
-        gpus = any(g >= 0 for _, g in self.device)
+        gpus = any(g >= 0 for trace in self.traces.values() for _, g in trace.device)
         choices = list(DEVICE_METRICS) if gpus else ["CPU use %"]
         current = self.device_metric.currentText()
         if [self.device_metric.itemText(i) for i in range(self.device_metric.count())] != choices:
@@ -266,29 +433,87 @@ class Dashboard(QWidget):
     def _show_device_metric(self, label: str) -> None:
         self.device_plot.remove_curves()
         item = self.device_plot.getPlotItem()
-        if label in DEVICE_METRICS:
-            metric = DEVICE_METRICS[label]
-            item.setTitle(label)
-            for (name, gpu), buffer in sorted(self.device.items(), key=lambda kv: kv[0][1]):
-                if name == metric:
-                    self.device_plot.add_curve(f"gpu{gpu}", buffer, f"GPU {gpu} {self.gpu_names.get(gpu, '')}".strip())
-        else:
-            item.setTitle("CPU use %")
-            for metric, label_text in (("cpu_pct", "host CPU %"), ("proc_cpu_pct", "run's processes CPU %")):
-                if (metric, -1) in self.device:
-                    self.device_plot.add_curve(metric, self.device[(metric, -1)], label_text)
-        self.device_plot.mark_dirty()
+        item.setTitle(label or "Device")
+        styles = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)
+        for r, trace in enumerate(self.traces.values()):
+            many = len(self.traces) > 1
+            if label in DEVICE_METRICS:
+                metric = DEVICE_METRICS[label]
+                for (name, gpu), buffer in sorted(trace.device.items(), key=lambda kv: kv[0][1]):
+                    if name == metric:
+                        text = self._label(trace, f"GPU {gpu} {trace.gpu_names.get(gpu, '')}".strip())
+                        # one colour per run when overlaid (GPUs by line style), one per GPU otherwise
+                        self.device_plot.add_curve(f"{trace.run_id}:gpu{gpu}", buffer, text,
+                                                   trace.color if many else PALETTE[gpu % len(PALETTE)],
+                                                   style=styles[gpu % len(styles)] if many else Qt.PenStyle.SolidLine)
+            else:
+                for i, (metric, text) in enumerate(CPU_METRICS.items()):
+                    if (metric, -1) in trace.device:
+                        self.device_plot.add_curve(f"{trace.run_id}:{metric}", trace.device[(metric, -1)],
+                                                   self._label(trace, text),
+                                                   trace.color if many else PALETTE[i + 1], style=styles[i])
+
+    def set_x_axis(self, x_axis: str) -> None:
+        """Step, elapsed seconds (since each run's start) or wall clock, for all plots."""
+        if x_axis not in X_AXES or x_axis == self.x_axis:
+            return
+        for trace in self.traces.values():
+            trace.set_x_axis(self.x_axis, x_axis)
+        self.x_axis = x_axis
+        if self.x_axis_box.currentText() != x_axis:
+            self.x_axis_box.setCurrentText(x_axis)
+        time_label = "time" if x_axis == "wall clock" else "elapsed (s)"
+        self.loss_plot.set_wall_clock(x_axis == "wall clock", "step" if x_axis == "step" else time_label)
+        for plot in (self.rate_plot, self.device_plot):
+            plot.set_wall_clock(x_axis == "wall clock", time_label)
+        for plot in self.plots:
+            plot.mark_dirty()
+            plot.enableAutoRange()
 
     def _set_smoothing(self, value: int) -> None:
-        self.loss.set_alpha(alpha_of(value))
+        for trace in self.traces.values():
+            trace.loss.set_alpha(alpha_of(value))
         self.loss_plot.mark_dirty()
+
+    # ---- live updates ----------------------------------------------------------------------
+    def on_update(self, update: RunUpdate) -> None:
+        trace = self.traces.get(update.run_id)
+        if trace is None:
+            return
+        if not trace.loaded:
+            trace.pending.append(update)
+            return
+        self._apply_update(trace, update)
+
+    def _apply_update(self, trace: RunTrace, update: RunUpdate) -> None:
+        for spool, records in update.records.items():
+            if not records:
+                continue
+            metrics, device, new_curve = trace.add_records(spool, records, self.x_axis)
+            if metrics:
+                self.loss_plot.mark_dirty(f"{trace.run_id}:raw")
+                self.loss_plot.mark_dirty(f"{trace.run_id}:ema")
+                self.rate_plot.mark_dirty(f"{trace.run_id}:rate")
+            if new_curve:
+                self._fill_metric_choices()
+            elif device:
+                self.device_plot.mark_dirty()
+        if trace.run_id == self.run_id:
+            for spool, data in update.logs.items():
+                self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
+        if update.run is not None:
+            live, run = trace.live, update.run
+            live.state, live.message, live.hint = run.state, run.message, run.hint
+            if run.summary:
+                live.summary = run.summary
+        self._header_dirty = True
 
     # ---- drawing ---------------------------------------------------------------------------
     def redraw(self) -> None:
         """Timer tick: push changed buffers to their curves and refresh the header."""
         for plot in self.plots:
             plot.redraw()
-        if self._header_dirty or (self.live.state in ("running", "starting")):
+        if self._header_dirty or self.live.state in ("running", "starting"):
             self._render_header()
             self._header_dirty = False
 
@@ -297,13 +522,19 @@ class Dashboard(QWidget):
         active = self.run_id is not None and live.state not in ("finished", "failed", "stopped")
         self.stop_button.setEnabled(active)
         self.state.setText(live.state if self.run_id else "")
-        self.state.setProperty("state", live.state)
-        self.state.style().unpolish(self.state)
-        self.state.style().polish(self.state)
+        if self.state.property("state") != live.state:
+            self.state.setProperty("state", live.state)
+            self.state.style().unpolish(self.state)
+            self.state.style().polish(self.state)
         if self.run_id is None:
+            self.title.setText("No run selected")
             self.stats.setText("Select a run in the table, or launch one.")
             self.error.setVisible(False)
+            self.advice.setVisible(False)
             return
+        primary = self.traces[self.run_id]
+        more = len(self.traces) - 1
+        self.title.setText(primary.name + (f"  (+{more} overlaid)" if more else ""))
         steps_per_s = None
         if live.first_metric and live.last_t and live.last_t > live.first_metric[0]:
             steps_per_s = (live.step - live.first_metric[1]) / (live.last_t - live.first_metric[0])
@@ -317,12 +548,18 @@ class Dashboard(QWidget):
             parts.append(f"compile {live.compile_s:.1f} s")
         if live.mem_peak_gib:
             parts.append(f"peak mem {live.mem_peak_gib:.2f} GiB")
+        if live.mean_gpu_util is not None:
+            parts.append(f"GPU {live.mean_gpu_util:.0f}% avg")
         self.stats.setText("   ·   ".join(parts))
         if live.message and live.state == "failed":
             self.error.setText(f"<b>{live.message}</b>" + (f"<br>Hint: {live.hint}" if live.hint else ""))
             self.error.setVisible(True)
         else:
             self.error.setVisible(False)
+        hint = live.pipeline_hint
+        self.advice.setVisible(bool(hint))
+        if hint:
+            self.advice.setText(hint)
 
     def find_in_log(self) -> bool:
         text = self.log_find.text()

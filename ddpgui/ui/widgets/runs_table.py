@@ -156,6 +156,7 @@ class RunsTable(QWidget):
     """The table with its filter bar; actions are signals the main window carries out."""
 
     run_selected = Signal(str)
+    runs_selected = Signal(list)  # the selected run ids, the current one first (the dashboard overlays them)
     action_requested = Signal(str, list)  # action name, run ids
 
     ACTIONS = (("stop", "Stop"), ("rerun", "Rerun"), ("duplicate", "Duplicate and edit"),
@@ -178,6 +179,7 @@ class RunsTable(QWidget):
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._menu)
         self.view.selectionModel().currentRowChanged.connect(self._current)
+        self.view.selectionModel().selectionChanged.connect(self._selection)
         self.find = QLineEdit(objectName="runs_find", placeholderText="Filter runs by name, tag, host… (Ctrl+F)",
                               clearButtonEnabled=True)
         self.state = QComboBox(objectName="runs_state")
@@ -213,6 +215,17 @@ class RunsTable(QWidget):
     def _current(self, current, _previous) -> None:
         if current.isValid():
             self.run_selected.emit(self.model.run_at(self.proxy.mapToSource(current).row()).id)
+
+    def _selection(self, *_: object) -> None:
+        ids = self.selected_ids()
+        current = self.view.currentIndex()
+        if current.isValid():
+            first = self.model.run_at(self.proxy.mapToSource(current).row()).id
+            if first in ids:
+                ids.remove(first)
+                ids.insert(0, first)
+        if ids:
+            self.runs_selected.emit(ids)
 
     def _menu(self, pos) -> None:
         ids = self.selected_ids()
