@@ -12,6 +12,8 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 from remote_runner.probe import precision_problems as probe_precision_problems
 from remote_runner.config import BACKENDS, COMPILE_MODES, OPTIMIZERS, PRECISIONS, WORKLOADS, ConfigError, config_from_dict
 
+from ddpgui.core.multinode import max_processes
+
 SCRIPT = "my own script"
 LENGTH_UNITS = ("steps", "epochs", "minutes")
 
@@ -19,14 +21,6 @@ LENGTH_UNITS = ("steps", "epochs", "minutes")
 def precision_problems(probe: dict | None) -> dict[str, str | None]:
     """precision → why this host cannot run it (None when it can), from the host's probe report."""
     return probe_precision_problems(probe) if probe else {p: None for p in PRECISIONS}
-
-
-def max_processes(probe: dict | None) -> tuple[int, str]:
-    """How many processes a run may start on the host, and what they are (GPUs or CPU processes)."""
-    if probe and probe.get("gpus") and probe.get("best_device") in (None, "cuda"):
-        return len(probe["gpus"]), "GPUs"
-    cores = (probe or {}).get("cpu_count") or 2
-    return max(1, min(64, int(cores))), "processes (CPU, gloo)"
 
 
 class LaunchPanel(QWidget):
