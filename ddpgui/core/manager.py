@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from remote_runner.config import RunConfig, config_from_dict
+from remote_runner.config import ConfigError, RunConfig, config_from_dict
 from remote_runner.status import FINAL_STATES
 
 from . import multinode
@@ -274,6 +274,9 @@ class RunManager:
                follow: bool = True, sweep_id: str | None = None) -> RunRecord:
         """Deploy, write the config and start the run detached; the run is in the store from the start."""
         cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
+        if cfg.nnodes > 1:
+            raise ConfigError("nnodes", f"a run on {cfg.nnodes} nodes is launched on as many hosts: use launch_nodes "
+                                        "(ddpgui launch --nodes A,B)")
         self.hosts.get(host)  # an unknown profile fails here, before anything is created
         record = self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=[host], config=cfg.to_dict(),
                                        state="launching", total_steps=cfg.steps, sweep_id=sweep_id)

@@ -200,7 +200,9 @@ def launch_nodes(manager: RunManager, hosts: list[str], settings: dict | RunConf
     configs = node_configs(cfg, [manager.hosts.get(h) for h in hosts], checked.endpoint)
     fingerprints = [manager.environment(h) for h in hosts]
     environment = dict(fingerprints[0], nodes=fingerprints, warnings=checked.warnings)
-    manager.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=configs[0].to_dict(),
+    # The run's settings: node 0's config without any profile's environment (a rerun adds each node's again).
+    settings_of_run = dataclasses.replace(configs[0], env=dict(cfg.env))
+    manager.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=settings_of_run.to_dict(),
                              state="launching", total_steps=cfg.steps, environment=environment, sweep_id=sweep_id)
     run_dirs: dict[int, str] = {}
     for i, (host, node_cfg) in enumerate(zip(hosts, configs)):

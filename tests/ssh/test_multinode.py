@@ -22,6 +22,7 @@ from ddpgui.core.paths import config_dir
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner import proctree
+from remote_runner.config import ConfigError
 from remote_runner.status import FINAL_STATES, read_status
 from spools import host_records, wait_for
 
@@ -95,6 +96,11 @@ def test_two_nodes_train_as_one_world_of_four(nodes):
         assert b"starting torchrun" in manager.store.log_tail(record.id, "stderr.log", node)
     assert [s.state for s in node_states(manager.store, final)] == ["finished", "finished"]
     assert len(final.environment["nodes"]) == 2 and final.environment["warnings"] == []
+    # The run's settings are node 0's without any profile's environment; one host cannot take them.
+    assert final.config["nnodes"] == 2 and final.config["env"] == {}
+    with pytest.raises(ConfigError) as caught:
+        manager.launch("n0", final.config)
+    assert caught.value.field == "nnodes" and "launch_nodes" in str(caught.value)
 
 
 def test_killing_node_1_fails_the_run_on_both_nodes_naming_node_1(nodes):
