@@ -137,11 +137,27 @@ def estimate(values: Iterable[float], over: str, confidence: float = CONFIDENCE)
     n = len(x)
     if n == 0:
         return Estimate(None, n=0, over=over, reason=f"no values over {over}")
-    mean = float(x.mean())
+    same = bool((x == x[0]).all())  # exactly no spread: no rounding noise in the mean or the std
+    mean = float(x[0]) if same else float(x.mean())
     if n == 1:
         return Estimate(mean, n=1, over=over, reason=f"one value over {over}: no spread")
-    std = float(x.std(ddof=1))
+    std = 0.0 if same else float(x.std(ddof=1))
     return Estimate(mean, std, t_quantile(n - 1, confidence) * std / math.sqrt(n), n, over)
+
+
+def rate_estimate(rates: np.ndarray, over: str, confidence: float = CONFIDENCE) -> Estimate:
+    """Throughput from per-interval rates, as work over time: the mean *time per unit* τ = 1 / rate.
+
+    Every interval does the same work (``log_every`` steps), so 1 / mean(τ) is total work over
+    total time — what the runner's summary reports — where the mean of the rates would favour
+    fast intervals.  Spread by the delta method: std = s_τ / τ̄², ci95 = ci_τ / τ̄².
+    """
+    est = estimate(1.0 / rates, over, confidence)
+    if est.mean is None:
+        return est
+    scale = 1.0 / est.mean ** 2
+    return Estimate(1.0 / est.mean, None if est.std is None else est.std * scale,
+                    None if est.ci95 is None else est.ci95 * scale, est.n, over, est.reason)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -156,8 +172,9 @@ class SteadyRule:
     max_window)`` (at most m); the final level M is the median of the last
     ``max(w, ceil(m · final_fraction))`` values; the noise σ is estimated from successive
     differences, σ = 1.4826 · MAD(diff(x)) / √2 (a trend does not inflate it); a rolling
-    median is *settled* when it is within δ = max(tolerance · |M|, noise_z · 1.2533 · σ / √w)
-    of M (1.2533 σ / √w: the standard error of a median of w values).  The steady state
+    median is *settled* when it is within δ = max(tolerance · |M|, noise_z · 1.2533 · σ · √(1/w + 1/f))
+    of M, f being the size of M's block (1.2533 σ / √k: the standard error of a median of k
+    values; noise_z = 3 keeps chance deviations rare across the many windows).  The steady state
     starts right after the last unsettled window, at the first value itself within δ of M; a steady part shorter than
     ``min_fraction`` of the m intervals means the run never settled: no steady state.
     """
@@ -167,7 +184,7 @@ class SteadyRule:
     min_window: int = 3
     max_window: int = 50
     final_fraction: float = 0.25
-    noise_z: float = 2.0
+    noise_z: float = 3.0
     min_fraction: float = 0.2
 
     def window(self, m: int) -> int:
@@ -195,8 +212,10 @@ def steady_start(values: np.ndarray, rule: SteadyRule = DEFAULT_RULE) -> tuple[i
     if m == 0:
         return None, "no intervals after warm-up and compile"
     w = rule.window(m)
-    final = float(np.median(values[-max(w, math.ceil(m * rule.final_fraction)):]))
-    band = max(rule.tolerance * abs(final), rule.noise_z * 1.2533 * noise_sigma(values) / math.sqrt(w))
+    block = max(w, math.ceil(m * rule.final_fraction))
+    final = float(np.median(values[-block:]))
+    spread = rule.noise_z * 1.2533 * noise_sigma(values) * math.sqrt(1.0 / w + 1.0 / block)
+    band = max(rule.tolerance * abs(final), spread)
     off = np.flatnonzero(np.abs(_rolling_medians(values, w) - final) > band)
     start = int(off[-1]) + 1 if len(off) else 0
     while start < m and abs(values[start] - final) > band:  # a transitional value the last window's median hid
@@ -286,7 +305,7 @@ def _throughput(metrics: dict[str, np.ndarray], events: list[dict],
             dt, ds = np.diff(t), np.diff(step)
             with np.errstate(divide="ignore", invalid="ignore"):
                 rate[1:] = np.where(dt > 0, ds / dt, np.nan)
-    keep = np.isfinite(rate) & np.isfinite(step)
+    keep = np.isfinite(rate) & (rate > 0) & np.isfinite(step)
     warmup = metrics["warmup"]
     keep &= ~(warmup == 1)  # the runner marks intervals that include warm-up steps
     keep &= step > events_cut_step(events)
@@ -326,7 +345,7 @@ def run_stats(store: RunStore, run_id: str, price_per_hour: float | None = None,
         if start is None:
             throughput = Estimate(None, n=0, over="intervals", reason=why)
         else:
-            throughput = estimate(rates[start:], "intervals")
+            throughput = rate_estimate(rates[start:], "intervals")
             steady_from = float(rate_steps[start])
     if throughput.mean is None:
         reasons["throughput"] = throughput.reason

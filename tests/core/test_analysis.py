@@ -61,6 +61,17 @@ def test_estimate_edge_cases():
     assert (flat.mean, flat.std, flat.ci95) == (3.0, 0.0, 0.0)
 
 
+def test_rate_estimate_is_work_over_time():
+    est = analysis.rate_estimate(np.array([100.0, 50.0]), "intervals")
+    # τ = 0.01, 0.02 s per sample → τ̄ = 0.015 → 66.667 samples/s (the mean of the rates, 75, would
+    # credit the fast interval twice); s_τ = √(2 · 0.005² / 1) = 0.0070711; std = s_τ / τ̄² = 31.427;
+    # ci = t(1) 12.7062 · 0.0070711 / √2 / 0.015² = 282.36
+    assert est.mean == pytest.approx(200 / 3)
+    assert est.std == pytest.approx(math.sqrt(2 * 0.005 ** 2) / 0.015 ** 2)
+    assert est.ci95 == pytest.approx(12.706205 * 0.005 / 0.015 ** 2, rel=1e-6)
+    assert (est.n, est.over) == (2, "intervals")
+
+
 # -- steady state ------------------------------------------------------------------------------------
 
 
@@ -74,7 +85,7 @@ def test_noise_sigma_by_hand():
 def test_steady_state_drops_the_ramp_up():
     x = np.array([50.0, 60, 70] + [100.0] * 17)
     # m = 20, w = clamp(round(2), 3, 50) = 3; M = median of the last max(3, ceil(20/4) = 5) values = 100
-    # diffs 10, 10, 30, 0 × 16 → MAD 0 → σ 0 → δ = max(0.05 · 100, 0) = 5
+    # diffs 10, 10, 30, 0 × 16 → MAD 0 → σ 0 → δ = max(0.05 · 100, 0) = 5 (the noise term is 0)
     # rolling medians: [50,60,70] → 60 (off), [60,70,100] → 70 (off), [70,100,100] → 100, then 100 …
     # the last unsettled window starts at 1 → start 2; x[2] = 70 is itself 30 > 5 away → start 3
     assert steady_start(x) == (3, "")
@@ -131,13 +142,17 @@ def test_run_stats_worked_example(store):
     s = run_stats(store, "worked", price_per_hour=3.6)
     # steady: warm-up flag and warmup_done drop steps 1-2, compile_end drops step 1: steps 3..12 remain
     # (m = 10). w = 3; M = median(96, 100, 100) = 100; diffs 0,4,-8,4,0,4,-8,4,0 → median 0, MAD 4
-    # → σ = 1.4826 · 4 / √2 = 4.1934; δ = max(5, 2 · 1.2533 · 4.1934 / √3 = 6.069) = 6.069;
+    # → σ = 1.4826 · 4 / √2 = 4.1934; M's block f = max(3, ceil(10/4)) = 3;
+    # δ = max(5, 3 · 1.2533 · 4.1934 · √(1/3 + 1/3) = 12.874) = 12.874;
     # every window median is 100 → all 10 intervals are steady.
-    # mean = (6 · 100 + 2 · 104 + 2 · 96) / 10 = 100; squares 4 · 16 = 64 → std = √(64 / 9) = 2.6667
-    # ci = t(9) 2.26216 · 2.6667 / √10 = 1.90766
-    assert s.throughput.mean == pytest.approx(100.0)
-    assert s.throughput.std == pytest.approx(8 / 3)
-    assert s.throughput.ci95 == pytest.approx(2.262157 * (8 / 3) / math.sqrt(10), rel=1e-6)
+    # throughput is work over time: τ_i = 1 / rate_i, τ̄ = (6/100 + 2/104 + 2/96) / 10 = 0.0100064103
+    # → 1 / τ̄ = 99.93594; s_τ² = Σ (τ_i − τ̄)² / 9, std = s_τ / τ̄², ci = t(9) 2.26216 · s_τ / √10 / τ̄²
+    tau = np.array([1 / r for r in RATES])
+    tau_mean = (6 / 100 + 2 / 104 + 2 / 96) / 10
+    s_tau = math.sqrt(sum((v - tau_mean) ** 2 for v in tau) / 9)
+    assert s.throughput.mean == pytest.approx(1 / tau_mean) and 1 / tau_mean == pytest.approx(99.93594, abs=1e-5)
+    assert s.throughput.std == pytest.approx(s_tau / tau_mean ** 2)
+    assert s.throughput.ci95 == pytest.approx(2.262157 * s_tau / math.sqrt(10) / tau_mean ** 2, rel=1e-6)
     assert (s.throughput.n, s.throughput.over, s.throughput_unit, s.steady_from_step) == (10, "intervals",
                                                                                           "samples/s", 3.0)
     assert s.compile_s == 7.5
@@ -238,10 +253,10 @@ def test_compare_groups_repeats_speedup_scaling_and_memory(store):
     assert (a.label, b.label, a.n, b.n, c.baseline) == ("1×", "2×", 3, 3, a.key)
     ta, tb = a.metrics["throughput"], b.metrics["throughput"]
     # A: 100, 110, 120 → mean 110, std 10, ci = t(2) 4.30265 · 10 / √3 = 24.8414
-    assert (ta.mean, ta.std, ta.n, ta.over) == (110.0, 10.0, 3, "repeats")
+    assert (ta.mean, ta.std, ta.n, ta.over) == (pytest.approx(110.0), pytest.approx(10.0), 3, "repeats")
     assert ta.ci95 == pytest.approx(4.302653 * 10 / math.sqrt(3), rel=1e-6)
     # B: 180, 200, 220 → mean 200, std 20
-    assert (tb.mean, tb.std) == (200.0, 20.0)
+    assert (tb.mean, tb.std) == (pytest.approx(200.0), pytest.approx(20.0))
     # speedup R = 200 / 110 = 1.81818; rb = 20² / (3 · 200²) = 1/300, ra = 10² / (3 · 110²) = 1/363
     # SE = R · √(1/300 + 1/363); df = (1/300 + 1/363)² / ((1/300)² / 2 + (1/363)² / 2) = 3.9642
     r = 200 / 110
@@ -272,10 +287,14 @@ def test_compare_single_runs_use_the_interval_over_steps(store):
     y = c.groups[1]
     assert y.metrics["throughput"].over == "intervals" and y.metrics["throughput"].n == 8
     s = c.speedup[y.key]
-    # x has no spread (std 0): R = 150 / 100, SE from y alone; df = (ry)² / (ry² / 7) = 7
-    ry = y.metrics["throughput"].std ** 2 / (8 * 150.0 ** 2)
-    assert s.value == pytest.approx(1.5)
-    assert s.high - s.value == pytest.approx(t_quantile(7) * 1.5 * math.sqrt(ry))
+    # y's throughput: τ̄ = (4/150 + 2/160 + 2/140) / 8 → 1 / τ̄ = 149.666; std_y = s_τ / τ̄²
+    # x has no spread (std 0): R = (1 / τ̄) / 100, SE from y alone, df = ry² / (ry² / 7) = 7
+    tau_mean = (4 / 150 + 2 / 160 + 2 / 140) / 8
+    ty = y.metrics["throughput"]
+    assert ty.mean == pytest.approx(1 / tau_mean) and ty.mean == pytest.approx(149.666, abs=1e-3)
+    ry = ty.std ** 2 / (8 * ty.mean ** 2)
+    assert s.value == pytest.approx(ty.mean / 100)
+    assert s.high - s.value == pytest.approx(t_quantile(7) * s.value * math.sqrt(ry))
     # both are 1-process runs of their own settings: efficiency exactly 1, nothing to scale against
     assert c.scaling[y.key].value == 1.0 and c.scaling[y.key].reason == "the 1-process run"
 
@@ -295,3 +314,17 @@ def test_compare_refuses_an_unknown_baseline(store):
         compare([run_stats(store, "x")], baseline="nope")
     with pytest.raises(ValueError, match="at least one run"):
         compare([])
+
+
+def test_the_noise_band_widens_the_tolerance_on_noisy_runs():
+    x = np.array([130.0, 90, 110, 90, 110, 90, 110, 90, 110, 90, 110, 90])
+    # m = 12, w = 3, block f = max(3, ceil(12/4)) = 3 → M = median(90, 110, 90) = 90
+    # d = -40, then +20, -20 alternating (five each); sorted -40, -20 × 5, 20 × 5 → median(d) = -20
+    # |d + 20| = 20, 40 × 5, 0 × 5 → MAD 20 → σ = 1.4826 · 20 / √2 = 20.967
+    # δ = max(0.05 · 90 = 4.5, 3 · 1.2533 · 20.967 · √(1/3 + 1/3) = 64.38) = 64.38
+    # rolling medians are 110 or 90, all within 64.38 of 90 → start 0; x[0] = 130 is 40 away → kept
+    assert noise_sigma(x) == pytest.approx(1.4826 * 20 / math.sqrt(2))
+    assert steady_start(x) == (0, "")
+    # without the noise term δ = 4.5: windows j = 0, 2, 4, 6, 8 have median 110 (off), the odd ones 90;
+    # the last off is j = 8 → start 9; x[9] = 90 is within → 3 steady values, ≥ 20% of 12 = 2.4
+    assert steady_start(x, SteadyRule(noise_z=0.0)) == (9, "")
