@@ -221,3 +221,17 @@ def test_cli_refuses_both_a_host_and_nodes(app_profiles, capsys):
     assert "with --nodes, give no HOST" in err and "after --" in err
     assert cli_main(["launch", "--workload", "linear"]) == 2
     assert "name the host to run on" in capsys.readouterr().err
+
+
+def test_a_node_that_cannot_be_launched_stops_the_nodes_already_started(nodes, tmp_path):
+    manager = nodes()
+    checked = manager.preflight(["n0", "n1"], dict(SMALL, steps=100000))
+    (tmp_path / "n1" / "runs").write_text("not a directory")  # node 1 cannot make its run directory
+    with pytest.raises(TargetError) as caught:
+        manager.launch_nodes(["n0", "n1"], dict(SMALL, steps=100000), checked=checked)
+    assert str(caught.value).startswith("node 1 (n1) could not be launched: ")
+    [record] = manager.store.list_runs()
+    assert record.state == "failed" and record.failure == "launch_failed"
+    assert record.message.startswith("node 1 (n1) could not be launched: ") and list(record.run_dirs) == [0]
+    assert read_status(record.run_dirs[0])["state"] in FINAL_STATES
+    assert not proctree.run_processes(record.run_dirs[0], [])
