@@ -78,7 +78,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace, text: str) -> int:
     with _manager(args) as manager, SweepRunner(manager) as runner:
-        sweep = _find_sweep(manager.store, text)
+        sweep = find_sweep(manager.store, text)
         if sweep.state in ("done", "failed"):
             print(f"sweep {sweep.id} has ended ({sweep.state}): nothing to resume", file=sys.stderr)
             return _report(manager.store, sweep)
@@ -88,7 +88,7 @@ def _resume(args: argparse.Namespace, text: str) -> int:
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
     with _manager(args) as manager, SweepRunner(manager) as runner:
-        sweep = _find_sweep(manager.store, args.sweep)
+        sweep = find_sweep(manager.store, args.sweep)
         if not sweep.active:
             print(f"sweep {sweep.id} is already {sweep.state}")
             return EXIT_OK
@@ -115,7 +115,7 @@ def cmd_sweeps(args: argparse.Namespace) -> int:
 
 def cmd_sweep_show(args: argparse.Namespace) -> int:
     with RunStore() as store:
-        sweep = _find_sweep(store, args.sweep)
+        sweep = find_sweep(store, args.sweep)
         if args.json:
             cells = [dataclasses.asdict(c) for c in store.sweep_cells(sweep.id)]
             print(json.dumps({**dataclasses.asdict(sweep), "cells": cells}, indent=1))
@@ -127,7 +127,7 @@ def cmd_sweep_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _find_sweep(store: RunStore, text: str) -> SweepRecord:
+def find_sweep(store: RunStore, text: str) -> SweepRecord:
     try:
         return store.get_sweep(text)
     except KeyError:
