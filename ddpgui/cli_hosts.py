@@ -64,6 +64,14 @@ def add_host_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_probe)
 
 
+def env_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of an ``--env``-like option (argparse type)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _profile_options(p: argparse.ArgumentParser, editing: bool) -> None:
     default = None if editing else argparse.SUPPRESS
     p.add_argument("--port", type=int, default=default)
@@ -77,6 +85,12 @@ def _profile_options(p: argparse.ArgumentParser, editing: bool) -> None:
     p.add_argument("--run-root", default=default, help="where runs live on the host (default ~/.ddpgui)")
     p.add_argument("--price", type=float, default=default, metavar="PER_HOUR", help="price per hour, for costs")
     p.add_argument("--notes", default=default)
+    p.add_argument("--rdzv-address", default=default, metavar="HOST[:PORT]",
+                   help="multi-node: this host as the other nodes reach it when it is node 0 (default: --host); "
+                        "with a port, the rendezvous uses that port")
+    p.add_argument("--node-env", action="append", type=env_pair, default=default, metavar="KEY=VALUE",
+                   help="environment for runs on this host, e.g. NCCL_SOCKET_IFNAME=eth0 (repeat; replaces the "
+                        "profile's)")
     p.add_argument("--secret-stdin", action="store_true",
                    help="read the password/passphrase from the first line of stdin instead of asking")
     if editing:
@@ -91,7 +105,7 @@ def _connect_options(p: argparse.ArgumentParser) -> None:
 
 _FIELDS = {"hostname": "hostname", "port": "port", "user": "user", "auth": "auth", "key_file": "key_file",
            "jump": "proxy_jump", "python": "python", "run_root": "run_root", "price": "price_per_hour",
-           "notes": "notes"}
+           "notes": "notes", "rdzv_address": "rdzv_address"}
 
 
 def _changes(args: argparse.Namespace) -> dict:
@@ -101,6 +115,8 @@ def _changes(args: argparse.Namespace) -> dict:
         changes["proxy_jump"] = []
     if getattr(args, "no_price", False):
         changes["price_per_hour"] = None
+    if getattr(args, "node_env", None) is not None:
+        changes["nccl_env"] = dict(args.node_env)
     return changes
 
 

@@ -187,10 +187,11 @@ def app_profiles(ssh_env, tmp_path, monkeypatch):
     (config_dir() / "known_hosts").unlink(missing_ok=True)
     suffix = secrets.token_hex(3)
     names = [f"mn0-{suffix}", f"mn1-{suffix}", f"mndead-{suffix}"]
-    hosts = HostStore()
-    for name, port in zip(names, (ssh_env.server.port, ssh_env.jump.port, _closed_port())):
-        hosts.add(ssh_env.profile(name, port=port, user=getpass.getuser(), python=sys.executable,
-                                  run_root=str(tmp_path / name)))
+    for name, port, extra in zip(names, (ssh_env.server.port, ssh_env.jump.port, _closed_port()),
+                                 (["--rdzv-address", "127.0.0.1"], ["--node-env", "GLOO_SOCKET_IFNAME=lo"], [])):
+        assert cli_main(["hosts", "add", name, "--host", "127.0.0.1", "--port", str(port), "--user", getpass.getuser(),
+                         "--auth", "key", "--key-file", str(ssh_env.key_plain), "--python", sys.executable,
+                         "--run-root", str(tmp_path / name), *extra]) == 0
     yield names
     for name in names:
         HostStore().remove(name)
@@ -206,6 +207,8 @@ def test_cli_launch_nodes_follow_and_show_per_node_state(app_profiles, capsys):
                      "--batch-size", "8", "--log-every", "1", "--accept-new-host-key"]) == 0
     launched = json.loads(capsys.readouterr().out)
     assert sorted(launched["run_dirs"]) == ["0", "1"]
+    configs = [json.load(open(os.path.join(launched["run_dirs"][n], "config.json"))) for n in ("0", "1")]
+    assert configs[1]["env"] == {"GLOO_SOCKET_IFNAME": "lo"} and configs[0]["rdzv_endpoint"].startswith("127.0.0.1:")
     assert cli_main(["follow", launched["run_id"], "--accept-new-host-key"]) == 0
     capsys.readouterr()
     assert cli_main(["show", launched["run_id"]]) == 0
