@@ -26,6 +26,7 @@ from .core.multinode import node_states
 from .core.runs import make_config
 from .core.secrets import SecretsUnavailable
 from .core.store import RunRecord, RunStore, StoreError
+from .core.sweeps import SweepError
 from .core.targets.base import TargetError
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -44,14 +45,18 @@ def _find_run(store: RunStore, text: str) -> RunRecord:
         return store.get_run(text)
     except KeyError:
         pass
-    runs = store.list_runs()
-    matches = [r for r in runs if r.id.startswith(text)] or [r for r in runs if r.name == text]
+    return find_one(store.list_runs(), text, "run", "ddpgui runs")
+
+
+def find_one(records: list, text: str, what: str, listing: str):
+    """The record (run or sweep) whose id starts with ``text``, or else whose name is ``text``; one or CLIError."""
+    matches = [r for r in records if r.id.startswith(text)] or [r for r in records if r.name == text]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise CLIError(f"no run {text!r}", "list runs with: ddpgui runs")
-    raise CLIError(f"{text!r} matches {len(matches)} runs: " + ", ".join(r.id for r in matches[:5]),
-                   "give more of the run id")
+        raise CLIError(f"no {what} {text!r}", f"list {what}s with: {listing}")
+    raise CLIError(f"{text!r} matches {len(matches)} {what}s: " + ", ".join(r.id for r in matches[:5]),
+                   f"give more of the {what} id")
 
 
 class CLIError(Exception):
@@ -60,16 +65,19 @@ class CLIError(Exception):
         self.hint = hint
 
 
+#: Launch options that set one config field each (option dest → field); ``ddpgui sweep`` takes each as a list.
+SCALAR_SETTINGS = {
+    "mode": "mode", "workload": "workload", "nproc": "nproc_per_node", "backend": "backend", "compile": "compile",
+    "precision": "precision", "batch_size": "batch_size", "grad_accum": "grad_accum", "lr": "lr",
+    "optimizer": "optimizer", "seed": "seed", "warmup_steps": "warmup_steps", "workers": "num_workers",
+    "log_every": "log_every", "steps": "steps", "epochs": "epochs", "minutes": "minutes",
+}
+
+
 def _settings(args: argparse.Namespace) -> dict:
-    length = {"steps": args.steps, "epochs": args.epochs, "minutes": args.minutes}
-    settings = {
-        "name": args.name, "mode": args.mode, "workload": args.workload, "nproc_per_node": args.nproc,
-        "backend": args.backend, "compile": args.compile, "precision": args.precision,
-        "batch_size": args.batch_size, "grad_accum": args.grad_accum, "lr": args.lr, "optimizer": args.optimizer,
-        "seed": args.seed, "warmup_steps": args.warmup_steps, "num_workers": args.workers,
-        "grad_checkpointing": args.grad_checkpointing or None, "log_every": args.log_every,
-        "tags": args.tag or None, "env": dict(args.env) if args.env else None, **length,
-    }
+    settings = {key: getattr(args, dest) for dest, key in SCALAR_SETTINGS.items()}
+    settings.update(name=args.name, grad_checkpointing=args.grad_checkpointing or None, tags=args.tag or None,
+                    env=dict(args.env) if args.env else None)
     if args.inference_precisions:
         settings["inference_precisions"] = args.inference_precisions.split(",")
     if args.script:
@@ -311,6 +319,17 @@ def add_launch_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("host", nargs="?", help="host profile name; 'local' is this computer")
     p.add_argument("--nodes", metavar="A,B,...", help="one run across several host profiles (multi-node torchrun), "
                    "node 0 first: it hosts the rendezvous; --nproc is per node")
+    add_launch_settings(p)
+    p.add_argument("--name", default=None)
+    p.add_argument("--tag", action="append", default=None)
+    p.add_argument("--follow", action="store_true", help="stay and print live progress until the run ends")
+    p.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown SSH host key without asking")
+    p.add_argument("script_args", nargs="*", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_launch)
+
+
+def add_launch_settings(p: argparse.ArgumentParser) -> None:
+    """The run settings of ``launch`` (``sweep`` takes the same, each as a comma list)."""
     what = p.add_mutually_exclusive_group()
     what.add_argument("--workload", choices=WORKLOADS, default=None)
     what.add_argument("--script", metavar="DIR", help="your own script's directory (uploaded with it)")
@@ -336,12 +355,6 @@ def add_launch_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grad-checkpointing", action="store_true")
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--env", action="append", type=env_pair, metavar="KEY=VALUE", help="environment for the run")
-    p.add_argument("--name", default=None)
-    p.add_argument("--tag", action="append", default=None)
-    p.add_argument("--follow", action="store_true", help="stay and print live progress until the run ends")
-    p.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown SSH host key without asking")
-    p.add_argument("script_args", nargs="*", help=argparse.SUPPRESS)
-    p.set_defaults(func=cmd_launch)
 
 
 def _add_run_commands(sub: argparse._SubParsersAction) -> None:
@@ -390,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_commands(sub)
     add_host_commands(sub)
     add_compare_command(sub)
+    from .cli_sweep import add_sweep_commands
+    add_sweep_commands(sub)
     return parser
 
 
@@ -405,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         args.script_args = [*args.script_args, *script_args]
     try:
         return args.func(args)
-    except (ConfigError, CLIError, HostError, HostNotFound) as exc:
+    except (ConfigError, CLIError, HostError, HostNotFound, SweepError) as exc:
         return _report(exc, EXIT_REFUSED)
     except (TargetError, StoreError, SecretsUnavailable) as exc:
         return _report(exc, EXIT_FAILED)
