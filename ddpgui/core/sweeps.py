@@ -427,8 +427,8 @@ class SweepRunner:
             worker.join()
         if not job.halt.is_set():
             self._finish(job)
+        self._emit(job)  # before done: whoever waits has had the final progress
         job.done.set()
-        self._emit(job)
 
     def _finish(self, job: _Job) -> None:
         cells = self.store.sweep_cells(job.sweep.id)

@@ -142,10 +142,24 @@ def test_compile_by_precision_by_processes_with_two_repeats_all_done(manager):
         combos.add((cfg["compile"], cfg["precision"], cfg["nproc_per_node"], cfg["seed"]))
         assert cell.started_at < cell.ended_at
     assert len(combos) == 16  # every combination twice, the repeats with seeds 0 and 1
+    assert all(b.started_at >= a.ended_at for a, b in zip(cells, cells[1:]))  # one at a time
     assert sorted(r.id for r in store.sweep_runs(sweep.id)) == sorted(c.run_id for c in cells)
     last = seen[-1]
     assert last.state == "done" and last.done == 16 and last.fraction == 1.0
     assert any(p.eta_s for p in seen if 0 < p.ended < 16)  # an ETA once a cell had finished
+    runner.close()
+
+
+@pytest.mark.slow
+def test_parallel_runs_cells_side_by_side_while_the_host_has_room(manager):
+    env = manager.environment("local")
+    room = env["gpu_count"] or env["cpu_count"]
+    runner = SweepRunner(manager)
+    sweep = runner.start(SweepSpec(hosts=["local"], base=dict(TINY, steps=100), repeats=2, parallel=True))
+    final = runner.wait(sweep.id, timeout=300)
+    first, second = cells = manager.store.sweep_cells(sweep.id)
+    assert final.state == "done", _why(manager.store, cells)
+    assert (second.started_at < first.ended_at) == (room >= 2)  # the second started before the first ended
     runner.close()
 
 
