@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from .cli import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED, SCALAR_SETTINGS, CLIError, _manager,
@@ -19,6 +20,8 @@ from .core.live import format_duration, format_rate, progress_bar
 from .core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from .core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
 
+#: Off a terminal (a log file), the progress line is repeated at most this often between cells.
+LOG_EVERY_S = 30.0
 _SWEEP_EXIT = {"done": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_STOPPED, "cancelled": EXIT_STOPPED}
 
 
@@ -152,7 +155,8 @@ def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> 
 
     unsubscribe = runner.subscribe(on_progress)
     tty = sys.stdout.isatty()
-    shown = ""
+    shown: list = []
+    shown_at = 0.0
     try:
         runner.resume(sweep_id)
         while True:
@@ -166,11 +170,13 @@ def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> 
                 progress = latest[0] if latest else None
             for cell, count in cells:
                 _print_ended(cell, count, progress.total if progress else 0, tty)
-            line = _progress_line(progress) if progress else ""
-            steady = line.rsplit("  ETA", 1)[0]  # off a terminal, a new line only when more than the ETA moved
-            if line and (tty or steady != shown):
-                print(("\r\033[K" if tty else "") + line, end="" if tty else "\n", flush=True)
-                shown = steady
+            if progress is None:
+                continue
+            cells_now = [(c.index, c.state) for c in progress.cells]
+            # Off a terminal (a log file): a line when a cell changes state, else every LOG_EVERY_S.
+            if tty or cells_now != shown or time.monotonic() - shown_at >= LOG_EVERY_S:
+                print(("\r\033[K" if tty else "") + _progress_line(progress), end="" if tty else "\n", flush=True)
+                shown, shown_at = cells_now, time.monotonic()
     except KeyboardInterrupt:
         print(f"\ninterrupted; the running cell's run goes on on its host. Resume the sweep with: "
               f"ddpgui sweep-resume {sweep_id}", file=sys.stderr)

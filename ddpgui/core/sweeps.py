@@ -257,8 +257,11 @@ def sweep_progress(store, sweep_id: str, slots: dict[str, int] | None = None,
             except RunNotFound:
                 continue
             steps[cell.index] = (run.last_step or 0, run.total_steps)
+            minutes = run.config.get("minutes")
             if run.total_steps:
                 worked += min(1.0, (run.last_step or 0) / run.total_steps)
+            elif minutes and run.started_at:  # a run of a given length in time
+                worked += min(1.0, max(0.0, time.time() - run.started_at) / (minutes * 60))
     return SweepProgress(sweep_id=sweep_id, name=sweep.name, state=sweep.state, total=len(cells), counts=dict(counts),
                          fraction=worked / len(cells) if cells else 1.0,
                          eta_s=_eta(cells, slots or {}, time.time()) if sweep.active else None, cells=cells,
@@ -625,15 +628,13 @@ class SweepRunner:
     def wait(self, sweep_id: str, timeout: float | None = None) -> SweepRecord:
         """Block until this runner's work on the sweep is over (ended, stopped or detached); for a sweep another
         process runs, until the store says it has ended.  TimeoutError after ``timeout`` seconds."""
-        job = self._jobs.get(sweep_id)
-        if job is not None:
-            if not job.done.wait(timeout):
-                raise TimeoutError(f"sweep {sweep_id} is still running")
-            return self.store.get_sweep(sweep_id)
         deadline = None if timeout is None else time.monotonic() + timeout
+        job = self._jobs.get(sweep_id)
+        if job is not None and not job.done.wait(timeout):
+            raise TimeoutError(f"sweep {sweep_id} is still running")
         while True:
             sweep = self.store.get_sweep(sweep_id)
-            if not sweep.active:
+            if not sweep.active or (job is not None and sweep.state != "stopping"):
                 return sweep
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"sweep {sweep_id} is still {sweep.state}")
