@@ -9,7 +9,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QMainWindow, QMessageBox, QSplitter, QSystemTrayIcon, QTabWidget,
                                QVBoxLayout, QWidget)
 
-from ddpgui.core.host_keys import HostKeyChanged
+from ddpgui.core.host_keys import HostKeyChanged, KnownHosts
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.manager import RunManager, RunUpdate
 from ddpgui.core.store import RunStore
@@ -48,7 +48,9 @@ def launch_run(manager: RunManager, host: str, settings: dict, progress):
 
 class MainWindow(QMainWindow):
     def __init__(self, store: RunStore | None = None, hosts: HostStore | None = None,
-                 settings: QSettings | None = None, manager: RunManager | None = None):
+                 settings: QSettings | None = None, manager: RunManager | None = None,
+                 known_hosts: KnownHosts | None = None):
+        """Everything defaults to the user's own stores; tests pass private ones (``known_hosts`` too)."""
         super().__init__()
         self.setWindowTitle("ddpgui")
         self.setObjectName("main_window")
@@ -57,7 +59,8 @@ class MainWindow(QMainWindow):
         self.hosts = hosts or HostStore()
         self.prompts = Prompts(self)
         self.manager = manager or RunManager(self.store, self.hosts, lambda name: open_target(
-            name, self.hosts, confirm_host_key=self.prompts.confirm_host_key, ask_secret=self.prompts.ask_secret))
+            name, self.hosts, confirm_host_key=self.prompts.confirm_host_key, ask_secret=self.prompts.ask_secret,
+            known_hosts=known_hosts))
         self.workers = WorkerPool()
         self.updates = RunUpdates(self.manager)
         self.tray: QSystemTrayIcon | None = None

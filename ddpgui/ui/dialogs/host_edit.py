@@ -31,12 +31,21 @@ class HostEditDialog(QDialog):
         self.price = QDoubleSpinBox(maximum=10000, decimals=2, suffix=" /h", specialValueText="no price")
         self.price.setValue(profile.price_per_hour or 0 if profile else 0)
         self.notes = QLineEdit(profile.notes if profile else "")
+        self.rdzv_address = QLineEdit(profile.rdzv_address or "" if profile else "", placeholderText="the hostname",
+                                      toolTip="Multi-node runs: this host's address as the other nodes reach it "
+                                              "(e.g. its private address), when it is not the hostname above")
+        self.nccl_env = QLineEdit(" ".join(f"{k}={v}" for k, v in (profile.nccl_env if profile else {}).items()),
+                                  placeholderText="NCCL_SOCKET_IFNAME=eth0",
+                                  toolTip="Environment variables for runs on this host (space separated KEY=VALUE)")
         rows = [("Name", self.name), ("Hostname", self.hostname), ("Port", self.port), ("User", self.user),
                 ("Login", self.auth), ("Key file", self.key_file), ("ProxyJump", self.proxy_jump),
-                ("Python", self.python), ("Run folder", self.run_root), ("Price", self.price), ("Notes", self.notes)]
+                ("Python", self.python), ("Run folder", self.run_root), ("Price", self.price),
+                ("Address for other nodes", self.rdzv_address), ("Node environment", self.nccl_env),
+                ("Notes", self.notes)]
         for label, widget in rows:
             form.addRow(label, widget)
-            if local and widget not in (self.python, self.run_root, self.price, self.notes):
+            if local and widget not in (self.python, self.run_root, self.price, self.notes, self.nccl_env,
+                                        self.rdzv_address):
                 widget.setEnabled(False)
         self.error = QLabel(objectName="error_label", wordWrap=True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
@@ -49,13 +58,24 @@ class HostEditDialog(QDialog):
         self.result_profile: HostProfile | None = None
 
     def profile(self) -> HostProfile:
-        base = self._original or HostProfile(name=self.name.text().strip())
-        return dataclasses.replace(
-            base, name=self.name.text().strip(), hostname=self.hostname.text().strip(), port=self.port.value(),
+        """The profile the form describes (validated as a whole: a HostError names the bad field)."""
+        values = dict(
+            name=self.name.text().strip(), hostname=self.hostname.text().strip(), port=self.port.value(),
             user=self.user.text().strip(), auth=self.auth.currentText(), key_file=self.key_file.text().strip() or None,
             proxy_jump=[p.strip() for p in self.proxy_jump.text().split(",") if p.strip()],
             python=self.python.text().strip() or "python3", run_root=self.run_root.text().strip() or "~/.ddpgui",
-            price_per_hour=self.price.value() or None, notes=self.notes.text())
+            price_per_hour=self.price.value() or None, notes=self.notes.text(),
+            rdzv_address=self.rdzv_address.text().strip() or None, nccl_env=self._env())
+        return dataclasses.replace(self._original, **values) if self._original else HostProfile(**values)
+
+    def _env(self) -> dict[str, str]:
+        env = {}
+        for part in self.nccl_env.text().split():
+            key, sep, value = part.partition("=")
+            if not sep or not key:
+                raise ValueError(f"node environment: write KEY=VALUE pairs separated by spaces, got {part!r}")
+            env[key] = value
+        return env
 
     def _save(self) -> None:
         try:
