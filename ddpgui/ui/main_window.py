@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QMainWindow, QMessageBox, QSplitter, QSystemTrayIcon, QTabWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QInputDialog, QMainWindow, QMessageBox, QSplitter, QSystemTrayIcon,
+                               QTabWidget, QVBoxLayout, QWidget)
 
 from ddpgui.core.host_keys import HostKeyChanged, KnownHosts
 from ddpgui.core.hosts import HostStore
@@ -25,6 +26,8 @@ from .widgets.runs_table import RunsTable
 from .workers import WorkerPool
 
 FINAL = ("finished", "failed", "stopped")
+#: Minutes a priced host may sit idle before the app reminds that it still costs money.
+IDLE_MINUTES_DEFAULT = 15
 
 
 def test_host(manager: RunManager, host: str):
@@ -98,6 +101,13 @@ class MainWindow(QMainWindow):
         self._restore()
         self._update_prices()
         QTimer.singleShot(0, self._reattach)
+        self._last_contact: dict[str, float] = {}  # host → when the app last talked to it
+        self._reminded: dict[str, float] = {}  # host → the last use it was reminded about
+        self.idle_timer = QTimer(self, interval=60_000)
+        self.idle_timer.timeout.connect(self.check_idle_hosts)
+        self.idle_timer.start()
+        settings_menu = self.menuBar().addMenu("&Settings")
+        settings_menu.addAction("Idle host reminder…", self.set_idle_minutes)
 
     # ---- setup -----------------------------------------------------------------------------
     def _shortcuts(self) -> None:
@@ -176,6 +186,7 @@ class MainWindow(QMainWindow):
         self.hosts_panel.set_status(name, "checking", "connecting…")
 
         def done(probe: dict) -> None:
+            self._last_contact[name] = time.time()
             self.set_probe(name, probe)
             problems = [p.get("message", "") for p in probe.get("problems") or [] if p.get("severity") == "error"]
             self.statusBar().showMessage(f"{name}: reachable" + (f" — {problems[0]}" if problems else ""), 8000)
@@ -274,21 +285,57 @@ class MainWindow(QMainWindow):
 
     def _notify(self, run) -> None:
         text = f"Run {run.name} {run.state}" + (f": {run.message}" if run.message else "")
-        self.statusBar().showMessage(text, 15000)
         if run.host and not self.store.active_runs():
             self.hosts_panel.set_status(run.host, "reachable", "idle")
+        self.notify(text, warning=run.state == "failed")
+
+    def notify(self, text: str, warning: bool = False) -> None:
+        """A desktop notification (system tray when there is one) and the status bar."""
+        self.statusBar().showMessage(text, 15000)
         if self.tray is None and QSystemTrayIcon.isSystemTrayAvailable():
             self.tray = QSystemTrayIcon(self.windowIcon(), self)
             self.tray.show()
         if self.tray is not None:
-            icon = QSystemTrayIcon.MessageIcon.Warning if run.state == "failed" else QSystemTrayIcon.MessageIcon.Information
+            icon = QSystemTrayIcon.MessageIcon.Warning if warning else QSystemTrayIcon.MessageIcon.Information
             self.tray.showMessage("ddpgui", text, icon, 8000)
+
+    # ---- idle priced hosts -----------------------------------------------------------------
+    @property
+    def idle_minutes(self) -> int:
+        return int(self.settings.value("reminders/idle_minutes", IDLE_MINUTES_DEFAULT))
+
+    def set_idle_minutes(self, minutes: int | None = None) -> None:
+        if minutes is None:
+            minutes, ok = QInputDialog.getInt(
+                self, "Idle host reminder", "Remind me when a host with a price has run nothing for (minutes, "
+                "0 = never):", self.idle_minutes, 0, 24 * 60)
+            if not ok:
+                return
+        self.settings.setValue("reminders/idle_minutes", int(minutes))
+
+    def check_idle_hosts(self) -> None:
+        """Timer: on a worker, find priced hosts idle past the limit; remind once per idle period."""
+        from ddpgui.core.reminders import idle_priced_hosts
+
+        def remind(idle: list) -> None:
+            for host in idle:
+                if self._reminded.get(host.host) == host.last_used:
+                    continue
+                self._reminded[host.host] = host.last_used
+                self.hosts_panel.set_status(host.host, "reachable",
+                                            f"idle {int(host.idle_s // 60)} min · still costing "
+                                            f"{host.price_per_hour:g}/h")
+                self.notify(host.message(), warning=True)
+
+        self.workers.start(idle_priced_hosts, self.store, self.hosts.profiles(), self.idle_minutes,
+                           dict(self._last_contact), on_return=remind)
 
     # ---- quitting --------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
         self._save_settings()
         self.prompts.close()
         self.dashboard.timer.stop()
+        self.idle_timer.stop()
         self.updates.close()
         self.workers.shutdown(3000)
         self.manager.close()
