@@ -301,10 +301,13 @@ class RunManager:
             self.follow(cfg.run_id)
         return record
 
-    def preflight(self, hosts: list[str], settings: dict | RunConfig) -> Preflight:
+    def preflight(self, hosts: list[str], settings: dict | RunConfig,
+                  say: Callable[[str], None] | None = None) -> Preflight:
         """Check a multi-node run before launching it (every node reachable, processes, rendezvous port);
-        raises TargetError naming the node; the result's ``warnings`` (e.g. torch versions differ) are for the user."""
-        return multinode.preflight(self, hosts, settings if isinstance(settings, RunConfig) else make_config(settings))
+        raises TargetError naming the node; the result's ``warnings`` (e.g. torch versions differ) are for the user.
+        ``say`` hears each check as it starts (progress text)."""
+        return multinode.preflight(self, hosts, settings if isinstance(settings, RunConfig) else make_config(settings),
+                                   say)
 
     def launch_nodes(self, hosts: list[str], settings: dict | RunConfig, progress: Progress | None = None,
                      follow: bool = True, checked: Preflight | None = None, sweep_id: str | None = None) -> RunRecord:

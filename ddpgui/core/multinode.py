@@ -15,6 +15,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,8 +95,11 @@ def _node_error(node: int, host: str, what: str, exc: BaseException) -> TargetEr
     return TargetError(f"node {node} ({host}) {what}: {message}", hint or "fix that host, then launch again")
 
 
-def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig) -> Preflight:
-    """Check every node before anything starts; raises TargetError naming the node and what to do."""
+def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig, say: Callable[[str], None] | None = None
+              ) -> Preflight:
+    """Check every node before anything starts; raises TargetError naming the node and what to do.
+    ``say`` hears what is being checked ("checking node 1 (B) can reach node 0 (A) at ADDRESS:PORT")."""
+    say = say or (lambda text: None)
     if len(hosts) < 2:
         raise TargetError("a multi-node run needs at least two hosts", "name two or more host profiles, node 0 first")
     twice = sorted({h for h in hosts if hosts.count(h) > 1})
@@ -106,6 +110,7 @@ def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig) -> Prefligh
     targets: list[Target] = []
     probes: list[dict] = []
     for i, host in enumerate(hosts):
+        say(f"connecting to node {i} ({host})…")
         try:
             targets.append(manager.target(host))
             probes.append(manager.probe(host))
@@ -129,9 +134,11 @@ def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig) -> Prefligh
             f"node {i} ({h}): {max_processes(p)[1]}" for i, (h, p) in enumerate(zip(hosts, probes))),
             "all nodes must use the same device and backend: choose hosts alike, or set device cpu")
     address, port = rendezvous_address(profiles[0])
+    say(f"opening the rendezvous port on node 0 ({hosts[0]})…")
     port, token, listener = _listen(targets[0], hosts[0], port, len(hosts) - 1)
     try:
         for i in range(1, len(hosts)):
+            say(f"checking node {i} ({hosts[i]}) can reach node 0 ({hosts[0]}) at {endpoint(address, port)}…")
             try:
                 targets[i].rdzv_check(address, port, token, CHECK_TIMEOUT_S)
             except Exception as exc:

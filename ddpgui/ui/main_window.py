@@ -19,6 +19,7 @@ from ddpgui.core.targets.factory import open_target
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
 from .prompts import Prompts
+from .nodes import launch_on_nodes
 from .widgets.dashboard import Dashboard
 from .widgets.hosts_panel import HostsPanel
 from .widgets.launch_panel import LaunchPanel
@@ -89,6 +90,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
 
         self.hosts_panel.host_selected.connect(self._host_selected)
+        self.hosts_panel.nodes_selected.connect(lambda _: self._host_selected(self.hosts_panel.current()))
         self.hosts_panel.test_requested.connect(self.test_connection)
         self.hosts_panel.hosts_changed.connect(self._update_prices)
         self.launch_panel.launch_requested.connect(self.launch)
@@ -171,16 +173,20 @@ class MainWindow(QMainWindow):
 
     # ---- hosts -----------------------------------------------------------------------------
     def _host_selected(self, name: str) -> None:
-        profile = self.hosts.get(name)
-        self.launch_panel.set_host(name, self.hosts_panel.probes.get(name), profile.display_name,
-                                   profile.price_per_hour)
+        """The launch form follows the selected host (the current one when none is), or the selected hosts
+        as the nodes of one run (``name``, the current host, is among them or the only one)."""
+        nodes = self.hosts_panel.selected_nodes()
+        profiles = [self.hosts.get(n) for n in nodes]
+        prices = [p.price_per_hour for p in profiles if p.price_per_hour]
+        self.launch_panel.set_nodes(nodes, [self.hosts_panel.probes.get(n) for n in nodes],
+                                    [p.display_name for p in profiles], sum(prices) if prices else None)
 
     def set_probe(self, name: str, probe: dict) -> None:
         """Remember a host's probe report (also used by tests with captured reports)."""
         self.hosts_panel.set_status(name, "reachable", probe=probe)
         self.settings.setValue(f"probes/{name}", json.dumps(probe))
-        if self.hosts_panel.current() == name:
-            self._host_selected(name)
+        if name in (self.hosts_panel.current(), *self.launch_panel.nodes):
+            self._host_selected(self.hosts_panel.current())
 
     def test_connection(self, name: str) -> None:
         self.hosts_panel.set_status(name, "checking", "connecting…")
@@ -201,9 +207,11 @@ class MainWindow(QMainWindow):
 
     # ---- runs ------------------------------------------------------------------------------
     def launch(self, settings: dict) -> None:
-        host = self.hosts_panel.current()
+        nodes = list(self.launch_panel.nodes)
+        host = self.hosts_panel.current() if len(nodes) < 2 else " + ".join(nodes)
         self.settings.setValue("launch/settings", json.dumps(settings))
         self.launch_panel.set_busy(True, "connecting…")
+        self.launch_panel.show_warnings([])
 
         def done(record) -> None:
             self.launch_panel.set_busy(False)
@@ -214,10 +222,13 @@ class MainWindow(QMainWindow):
 
         def failed(exc: Exception) -> None:
             self.launch_panel.set_busy(False)
-            self.launch_panel.error.setText(f"Launch failed: {exc}")
-            self.launch_panel.error.setVisible(True)
+            self.launch_panel.show_error(exc)
             self.runs_table.model.reload()
 
+        if len(nodes) > 1:
+            self.workers.start(launch_on_nodes, self.manager, nodes, settings, self.launch_panel.post_progress,
+                               on_yield=self.launch_panel.show_warnings, on_return=done, on_error=failed)
+            return
         self.workers.start(launch_run, self.manager, host, settings, self.launch_panel.post_progress,
                            on_return=done, on_error=failed)
 
@@ -237,7 +248,10 @@ class MainWindow(QMainWindow):
             self.stop_runs(run_ids)
         elif action == "rerun":
             run = self.store.get_run(run_ids[0])
-            self.hosts_panel.select(run.host)
+            if len(run.hosts) > 1:
+                self.hosts_panel.select_nodes(run.hosts)
+            else:
+                self.hosts_panel.select(run.host)
             self.launch(dict(run.config, run_id=""))
         elif action == "duplicate":
             self.launch_panel.apply_settings(self.manager.duplicate(run_ids[0]))
@@ -279,14 +293,16 @@ class MainWindow(QMainWindow):
             self.runs_table.model.update_run(update.run)
             if update.run.state in FINAL:
                 self._notify(update.run)
-            elif update.run.host:
-                self.hosts_panel.set_status(update.run.host, "busy", "running a run")
+            else:
+                for host in update.run.hosts:
+                    self.hosts_panel.set_status(host, "busy", "running a run")
         self.dashboard.on_update(update)
 
     def _notify(self, run) -> None:
         text = f"Run {run.name} {run.state}" + (f": {run.message}" if run.message else "")
-        if run.host and not self.store.active_runs():
-            self.hosts_panel.set_status(run.host, "reachable", "idle")
+        if not self.store.active_runs():
+            for host in run.hosts:
+                self.hosts_panel.set_status(host, "reachable", "idle")
         self.notify(text, warning=run.state == "failed")
 
     def notify(self, text: str, warning: bool = False) -> None:

@@ -3,6 +3,8 @@
 A run's stored series are read on a worker thread (:func:`load_trace`); live updates
 that arrive meanwhile are queued and replayed after it by ``seq``, so nothing is shown
 twice or lost.  Curves redraw on a timer (at most 20 Hz) as exact per-pixel envelopes.
+A multi-node run shows each node's telemetry ("node 1 GPU 0"), each node's state in
+the header, and one node's log tail at a time (node 0 first).
 """
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, Q
 
 from ddpgui.core.live import LiveRun, format_duration, format_rate
 from ddpgui.core.manager import RunUpdate
+from ddpgui.core.multinode import NodeState, node_states
 from ddpgui.core.store import RunNotFound, RunRecord, RunStore
 
 from ..plots.buffer import SeriesBuffer, SmoothedBuffer
+from ..nodes import node_line
 from ..plots.live_plot import PALETTE, LivePlot
 
 #: Redraw period: at most 20 Hz whatever the data rate.
@@ -45,26 +49,35 @@ class TraceData:
 
     run: RunRecord
     metrics: dict[str, np.ndarray]
-    telemetry: dict[str, np.ndarray]
+    telemetry: dict[int, dict[str, np.ndarray]]  # node → its series
     events: list[dict]
-    logs: dict[str, bytes]
-    last_seq: dict[str, int] = field(default_factory=dict)
+    logs: dict[str, bytes]  # node 0's
+    last_seq: dict[tuple[str, int], int] = field(default_factory=dict)  # (spool, node) → last seq read
+    nodes: list[NodeState] = field(default_factory=list)  # a multi-node run's nodes
+
+
+def load_logs(store: RunStore, run_id: str, node: int = 0) -> dict[str, bytes]:
+    """The log tails of one node of a run (a worker reads them)."""
+    return {spool: store.log_tail(run_id, spool, node) for spool in LOG_SPOOLS}
 
 
 def load_trace(store: RunStore, run_id: str) -> TraceData:
     """Read a run's series, events and log tails (runs on a worker thread: SQLite and numpy only)."""
     run = store.get_run(run_id)
     metrics = store.series(run_id, "metrics.jsonl")
-    telemetry = store.series(run_id, "telemetry.jsonl")
+    nodes = sorted(run.run_dirs) or [0]
+    telemetry = {node: store.series(run_id, "telemetry.jsonl", node) for node in nodes}
     events = store.events(run_id)
-    logs = {spool: store.log_tail(run_id, spool) for spool in LOG_SPOOLS}
     last_seq = {}
-    for spool, columns in (("metrics.jsonl", metrics), ("telemetry.jsonl", telemetry)):
+    for spool, node, columns in (("metrics.jsonl", 0, metrics), *(("telemetry.jsonl", n, telemetry[n]) for n in nodes)):
         seq = columns.get("seq")
-        last_seq[spool] = int(seq[-1]) if seq is not None and len(seq) else -1
-    host_events = [e for e in events if e.get("seq", -1) >= 0]
-    last_seq["events.jsonl"] = max((int(e["seq"]) for e in host_events), default=-1)
-    return TraceData(run, metrics, telemetry, events, logs, last_seq)
+        last_seq[spool, node] = int(seq[-1]) if seq is not None and len(seq) else -1
+    for node in nodes:
+        host_events = events if len(nodes) == 1 else store.events(run_id, node)
+        last_seq["events.jsonl", node] = max((int(e["seq"]) for e in host_events if e.get("seq", -1) >= 0),
+                                             default=-1)
+    states = node_states(store, run) if len(nodes) > 1 else []
+    return TraceData(run, metrics, telemetry, events, load_logs(store, run_id), last_seq, states)
 
 
 class RunTrace:
@@ -85,9 +98,16 @@ class RunTrace:
         self.loss = SmoothedBuffer(alpha=alpha)
         self.loss_step_t = SeriesBuffer()  # x: step, y: host time of each loss point
         self.throughput = SeriesBuffer()
-        self.device: dict[tuple[str, int], SeriesBuffer] = {}
-        self.gpu_names: dict[int, str] = {}
+        self.device: dict[tuple[str, int, int], SeriesBuffer] = {}  # (metric, gpu or -1 for CPU, node)
+        self.gpu_names: dict[tuple[int, int], str] = {}  # (node, gpu) → name
+        self.nodes: list[NodeState] = []  # a multi-node run's nodes (empty for one node)
+        self.log_node = 0  # whose log tail is shown
+        self.logs_loading = False  # its stored tail is being read: live lines are in it
         self.logs: list[str] = []
+
+    @property
+    def multinode(self) -> bool:
+        return len(self.nodes) > 1
 
     def time_x(self, t: float, x_axis: str) -> float:
         return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
@@ -99,10 +119,11 @@ class RunTrace:
         self.name = run.name or run.id
         self.live = LiveRun(total_steps=run.total_steps, total_minutes=cfg.get("minutes"), state=run.state,
                             message=run.message, hint=run.hint, summary=run.summary or {})
+        self.nodes = data.nodes
         if (run.environment or {}).get("gpu"):
-            self.gpu_names[0] = run.environment["gpu"]
+            self.gpu_names[0, 0] = run.environment["gpu"]
         starts = [e["t"] for e in data.events if e.get("event") == "started" and e.get("t")]
-        for columns in (metrics, telemetry):
+        for columns in (metrics, *telemetry.values()):
             if len(columns.get("t", ())):
                 starts.append(float(columns["t"][0]))
         self.t0 = min(starts) if starts else None
@@ -135,15 +156,20 @@ class RunTrace:
         for event in data.events:
             self.live.add_event(event)
         self.live.state, self.live.message, self.live.hint = run.state, run.message, run.hint
-        if len(telemetry.get("t", ())):
-            self._load_telemetry(telemetry, x_axis, warm_t)
-        self.logs = [data.logs[s].decode("utf-8", "replace").rstrip("\n") for s in LOG_SPOOLS if data.logs.get(s)]
+        for node, columns in telemetry.items():
+            if len(columns.get("t", ())):
+                self._load_telemetry(columns, x_axis, warm_t, node)
+        self.set_logs(data.logs)
         self.loaded = True
+
+    def set_logs(self, logs: dict[str, bytes]) -> None:
+        self.logs = [logs[s].decode("utf-8", "replace").rstrip("\n") for s in LOG_SPOOLS if logs.get(s)]
 
     def time_x_array(self, t: np.ndarray, x_axis: str) -> np.ndarray:
         return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
 
-    def _load_telemetry(self, telemetry: dict[str, np.ndarray], x_axis: str, warm_t: float | None) -> None:
+    def _load_telemetry(self, telemetry: dict[str, np.ndarray], x_axis: str, warm_t: float | None,
+                        node: int = 0) -> None:
         t = self.time_x_array(telemetry["t"], x_axis)
         kinds = telemetry.get("kind")
         is_gpu = kinds == "gpu" if kinds is not None else np.zeros(len(t), dtype=bool)
@@ -155,12 +181,13 @@ class RunTrace:
                 rows = is_gpu & (gpu_ids == gpu)
                 named = [n for n in names[rows] if n] if names is not None else []
                 if named:
-                    self.gpu_names[gpu] = named[-1]
+                    self.gpu_names[node, gpu] = named[-1]
                 groups.append((gpu, rows, DEVICE_METRICS.values()))
             util = telemetry.get("util_pct")
             if util is not None and util.dtype == np.float64 and warm_t is not None:
                 after = is_gpu & ~np.isnan(util) & (telemetry["t"] >= warm_t)
-                self.live.util_sum, self.live.util_n = float(util[after].sum()), int(after.sum())
+                self.live.util_sum += float(util[after].sum())  # over every node's GPUs
+                self.live.util_n += int(after.sum())
         for gpu, rows, metrics in groups:
             for metric in metrics:
                 values = telemetry.get(metric)
@@ -168,10 +195,10 @@ class RunTrace:
                     continue
                 keep = rows & ~np.isnan(values)
                 if keep.any():
-                    self.device.setdefault((metric, gpu), SeriesBuffer()).extend(t[keep], values[keep])
+                    self.device.setdefault((metric, gpu, node), SeriesBuffer()).extend(t[keep], values[keep])
 
-    def add_records(self, spool: str, records: list[dict], x_axis: str) -> tuple[bool, bool, bool]:
-        """Live records into the buffers; returns (metrics changed, device changed, new device curve)."""
+    def add_records(self, spool: str, records: list[dict], x_axis: str, node: int = 0) -> tuple[bool, bool, bool]:
+        """Live records (of ``node``) into the buffers; returns (metrics changed, device changed, new device curve)."""
         metrics_changed = device_changed = new_curve = False
         for rec in records:
             self.live.add(spool, rec)
@@ -189,15 +216,15 @@ class RunTrace:
                 metrics_changed = True
             elif spool == "telemetry.jsonl":
                 device_changed = True
-                new_curve |= self._add_telemetry(rec, x_axis)
+                new_curve |= self._add_telemetry(rec, x_axis, node)
         return metrics_changed, device_changed, new_curve
 
-    def _add_telemetry(self, rec: dict, x_axis: str) -> bool:
+    def _add_telemetry(self, rec: dict, x_axis: str, node: int = 0) -> bool:
         t = self.time_x(float(rec.get("t", time.time())), x_axis)
         if rec.get("kind") == "gpu":
             gpu = int(rec.get("gpu", 0) or 0)
             if rec.get("name"):
-                self.gpu_names[gpu] = rec["name"]
+                self.gpu_names[node, gpu] = rec["name"]
             metrics = DEVICE_METRICS.values()
         else:
             gpu, metrics = -1, CPU_METRICS
@@ -206,7 +233,7 @@ class RunTrace:
             value = rec.get(metric)
             if value is None or (isinstance(value, float) and value != value):
                 continue
-            key = (metric, gpu)
+            key = (metric, gpu, node)
             if key not in self.device:
                 self.device[key] = SeriesBuffer()
                 new = True
@@ -246,6 +273,7 @@ class Dashboard(QWidget):
         self.state = QLabel(objectName="run_state")
         self.stats = QLabel(objectName="run_stats")
         self.error = QLabel(objectName="run_error", wordWrap=True, visible=False)
+        self.nodes = QLabel(objectName="run_nodes", wordWrap=True, visible=False)
         self.advice = QLabel(objectName="run_advice", wordWrap=True, visible=False)
         self.stop_button = QPushButton("Stop", objectName="stop_button", toolTip="Stop the run (Ctrl+.)",
                                        enabled=False)
@@ -272,14 +300,17 @@ class Dashboard(QWidget):
         self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.log_find = QLineEdit(objectName="log_find", placeholderText="Search the log", clearButtonEnabled=True)
         self.log_find.returnPressed.connect(self.find_in_log)
+        self.log_node = QComboBox(objectName="log_node", toolTip="Whose log to show", visible=False)
+        self.log_node.currentIndexChanged.connect(self._show_log_node)
 
         head = QGridLayout()
         head.addWidget(self.title, 0, 0)
         head.addWidget(self.state, 0, 1, Qt.AlignmentFlag.AlignRight)
         head.addWidget(self.stop_button, 0, 2)
         head.addWidget(self.stats, 1, 0, 1, 3)
-        head.addWidget(self.error, 2, 0, 1, 3)
-        head.addWidget(self.advice, 3, 0, 1, 3)
+        head.addWidget(self.nodes, 2, 0, 1, 3)
+        head.addWidget(self.error, 3, 0, 1, 3)
+        head.addWidget(self.advice, 4, 0, 1, 3)
         head.setColumnStretch(0, 1)
         options = QHBoxLayout()
         options.addWidget(QLabel("x axis"))
@@ -298,7 +329,10 @@ class Dashboard(QWidget):
         log_box = QWidget()
         log_layout = QVBoxLayout(log_box)
         log_layout.setContentsMargins(0, 0, 0, 0)
-        log_layout.addWidget(self.log_find)
+        find_row = QHBoxLayout()
+        find_row.addWidget(self.log_find, 1)
+        find_row.addWidget(self.log_node)
+        log_layout.addLayout(find_row)
         log_layout.addWidget(self.log)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(plots_box)
@@ -351,6 +385,7 @@ class Dashboard(QWidget):
         primary = self.traces.get(self.run_id) if self.run_id else None
         if primary and primary.loaded:
             self._show_logs(primary)
+        self._fill_log_nodes()
         self._rebuild_curves()
         self._header_dirty = True
         for trace in new:
@@ -372,24 +407,17 @@ class Dashboard(QWidget):
             if self.traces.get(trace.run_id) is trace:
                 self._loaded(trace, data)
 
-        if self.loader is not None:
-            self.loader(load_trace, self.store, trace.run_id, on_return=done, on_error=failed)
-            return
-        try:
-            data = load_trace(self.store, trace.run_id)
-        except Exception as exc:
-            failed(exc)
-            return
-        done(data)
+        self._read(load_trace, self.store, trace.run_id, on_return=done, on_error=failed)
 
     def _loaded(self, trace: RunTrace, data: TraceData) -> None:
         trace.apply(data, self.x_axis)
         if trace.run_id == self.run_id:
             self.log.clear()
             self._show_logs(trace)
+            self._fill_log_nodes()
         pending, trace.pending = trace.pending, []
         for update in pending:  # what arrived while the store was read: only records it did not have
-            records = {s: [r for r in recs if r.get("seq", 0) > data.last_seq.get(s, -1)]
+            records = {s: [r for r in recs if r.get("seq", 0) > data.last_seq.get((s, update.node), -1)]
                        for s, recs in update.records.items()}
             self._apply_update(trace, RunUpdate(update.run_id, update.node, records=records, logs=update.logs,
                                                 run=update.run))
@@ -399,6 +427,61 @@ class Dashboard(QWidget):
     def _show_logs(self, trace: RunTrace) -> None:
         for text in trace.logs:
             self.log.appendPlainText(text)
+
+    def _fill_log_nodes(self) -> None:
+        """The node selector of the log tail: shown for a multi-node primary run, on the node shown."""
+        primary = self.traces.get(self.run_id) if self.run_id else None
+        nodes = primary.nodes if primary is not None and primary.multinode else []
+        self.log_node.blockSignals(True)
+        self.log_node.clear()
+        for state in nodes:
+            self.log_node.addItem(f"log of {state.label}", state.node)
+        if nodes:
+            self.log_node.setCurrentIndex(max(0, self.log_node.findData(primary.log_node)))
+        self.log_node.blockSignals(False)
+        self.log_node.setVisible(bool(nodes))
+
+    def _show_log_node(self, index: int) -> None:
+        """Show another node's log tail (read off the GUI thread); its live lines follow."""
+        trace = self.traces.get(self.run_id) if self.run_id else None
+        node = self.log_node.itemData(index)
+        if trace is None or node is None or node == trace.log_node:
+            return
+        trace.log_node, trace.logs, trace.logs_loading = node, [], True
+        self.log.clear()
+
+        def done(logs: dict[str, bytes]) -> None:
+            if self.traces.get(trace.run_id) is trace and trace.log_node == node:
+                trace.set_logs(logs)
+                trace.logs_loading = False
+                self.log.clear()
+                self._show_logs(trace)
+
+        self._read(load_logs, self.store, trace.run_id, node, on_return=done)
+
+    def _read(self, func: Callable, *args: object, on_return: Callable, on_error: Callable | None = None) -> None:
+        """Run a store read off the GUI thread (inline without a loader)."""
+        if self.loader is not None:
+            self.loader(func, *args, on_return=on_return, on_error=on_error)
+            return
+        try:
+            result = func(*args)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+            return
+        on_return(result)
+
+    def _refresh_nodes(self, trace: RunTrace) -> None:
+        """Re-read a multi-node run's per-node states (on its state changes and node events only)."""
+        def done(states: list[NodeState]) -> None:
+            if self.traces.get(trace.run_id) is trace:
+                trace.nodes = states
+                self._header_dirty = True
+
+        self._read(lambda store, run_id: node_states(store, store.get_run(run_id)), self.store, trace.run_id,
+                   on_return=done, on_error=lambda exc: None)
 
     # ---- curves ----------------------------------------------------------------------------
     def _label(self, trace: RunTrace, text: str) -> str:
@@ -418,7 +501,7 @@ class Dashboard(QWidget):
             plot.enableAutoRange()
 
     def _fill_metric_choices(self) -> None:
-        gpus = any(g >= 0 for trace in self.traces.values() for _, g in trace.device)
+        gpus = any(g >= 0 for trace in self.traces.values() for _, g, _ in trace.device)
         choices = list(DEVICE_METRICS) if gpus else ["CPU use %"]
         current = self.device_metric.currentText()
         if [self.device_metric.itemText(i) for i in range(self.device_metric.count())] != choices:
@@ -437,21 +520,28 @@ class Dashboard(QWidget):
         styles = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)
         for r, trace in enumerate(self.traces.values()):
             many = len(self.traces) > 1
+            # a multi-node run's curves are named by node: "node 1 GPU 0 …", "node 1 host CPU %"
+            key = (lambda node: f"{trace.run_id}:node{node}:") if trace.multinode else (lambda node: f"{trace.run_id}:")
+            who = (lambda node: f"node {node} ") if trace.multinode else (lambda node: "")
             if label in DEVICE_METRICS:
                 metric = DEVICE_METRICS[label]
-                for (name, gpu), buffer in sorted(trace.device.items(), key=lambda kv: kv[0][1]):
-                    if name == metric:
-                        text = self._label(trace, f"GPU {gpu} {trace.gpu_names.get(gpu, '')}".strip())
-                        # one colour per run when overlaid (GPUs by line style), one per GPU otherwise
-                        self.device_plot.add_curve(f"{trace.run_id}:gpu{gpu}", buffer, text,
-                                                   trace.color if many else PALETTE[gpu % len(PALETTE)],
-                                                   style=styles[gpu % len(styles)] if many else Qt.PenStyle.SolidLine)
+                gpus = sorted((node, gpu) for name, gpu, node in trace.device if name == metric)
+                for i, (node, gpu) in enumerate(gpus):
+                    name = trace.gpu_names.get((node, gpu), trace.gpu_names.get((0, gpu), ""))
+                    text = self._label(trace, f"{who(node)}GPU {gpu} {name}".strip())
+                    # one colour per run when overlaid (GPUs by line style), one per GPU otherwise
+                    self.device_plot.add_curve(f"{key(node)}gpu{gpu}", trace.device[metric, gpu, node], text,
+                                               trace.color if many else PALETTE[i % len(PALETTE)],
+                                               style=styles[i % len(styles)] if many else Qt.PenStyle.SolidLine)
             else:
-                for i, (metric, text) in enumerate(CPU_METRICS.items()):
-                    if (metric, -1) in trace.device:
-                        self.device_plot.add_curve(f"{trace.run_id}:{metric}", trace.device[(metric, -1)],
-                                                   self._label(trace, text),
-                                                   trace.color if many else PALETTE[i + 1], style=styles[i])
+                nodes = sorted({node for _, gpu, node in trace.device if gpu < 0})
+                for node in nodes:
+                    for i, (metric, text) in enumerate(CPU_METRICS.items()):
+                        if (metric, -1, node) in trace.device:
+                            color = trace.color if many else PALETTE[(i + 1 + 2 * node) % len(PALETTE)]
+                            self.device_plot.add_curve(f"{key(node)}{metric}", trace.device[metric, -1, node],
+                                                       self._label(trace, f"{who(node)}{text}"), color,
+                                                       style=styles[i])
 
     def set_x_axis(self, x_axis: str) -> None:
         """Step, elapsed seconds (since each run's start) or wall clock, for all plots."""
@@ -489,7 +579,7 @@ class Dashboard(QWidget):
         for spool, records in update.records.items():
             if not records:
                 continue
-            metrics, device, new_curve = trace.add_records(spool, records, self.x_axis)
+            metrics, device, new_curve = trace.add_records(spool, records, self.x_axis, update.node)
             if metrics:
                 self.loss_plot.mark_dirty(f"{trace.run_id}:raw")
                 self.loss_plot.mark_dirty(f"{trace.run_id}:ema")
@@ -498,7 +588,7 @@ class Dashboard(QWidget):
                 self._fill_metric_choices()
             elif device:
                 self.device_plot.mark_dirty()
-        if trace.run_id == self.run_id:
+        if trace.run_id == self.run_id and update.node == trace.log_node and not trace.logs_loading:
             for spool, data in update.logs.items():
                 self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
         if update.run is not None:
@@ -506,6 +596,8 @@ class Dashboard(QWidget):
             live.state, live.message, live.hint = run.state, run.message, run.hint
             if run.summary:
                 live.summary = run.summary
+        if trace.multinode and (update.run is not None or update.records.get("events.jsonl")):
+            self._refresh_nodes(trace)
         self._header_dirty = True
 
     # ---- drawing ---------------------------------------------------------------------------
@@ -551,6 +643,9 @@ class Dashboard(QWidget):
         if live.mean_gpu_util is not None:
             parts.append(f"GPU {live.mean_gpu_util:.0f}% avg")
         self.stats.setText("   ·   ".join(parts))
+        self.nodes.setVisible(primary.multinode)
+        if primary.multinode:
+            self.nodes.setText(node_line(primary.nodes))
         if live.message and live.state == "failed":
             self.error.setText(f"<b>{live.message}</b>" + (f"<br>Hint: {live.hint}" if live.hint else ""))
             self.error.setVisible(True)

@@ -1,9 +1,14 @@
-"""The hosts list: This computer first, a status dot per host and its probe summary."""
+"""The hosts list: This computer first, a status dot per host and its probe summary.
+
+Several hosts may be selected (Ctrl/Shift-click) for one multi-node run: the first
+one selected is node 0.  The current host (the last clicked) still drives the launch
+form's per-host choices.
+"""
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QIcon, QPainter, QPixmap
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMessageBox, QPushButton,
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMessageBox, QPushButton,
                                QVBoxLayout, QWidget)
 
 from ddpgui.core.hosts import LOCAL, HostError, HostStore
@@ -51,6 +56,7 @@ def probe_summary(probe: dict | None) -> str:
 
 class HostsPanel(QWidget):
     host_selected = Signal(str)
+    nodes_selected = Signal(list)  # the selected host names in selection order (node 0 first)
     test_requested = Signal(str)
     hosts_changed = Signal()
 
@@ -63,7 +69,11 @@ class HostsPanel(QWidget):
         self.list = QListWidget(objectName="hosts_list")
         self.list.setIconSize(QSize(14, 14))
         self.list.setWordWrap(True)
+        self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.list.setToolTip("Ctrl- or Shift-click several hosts for one multi-node run (the first selected is node 0)")
         self.list.currentItemChanged.connect(self._on_current)
+        self.list.itemSelectionChanged.connect(self._on_selection)
+        self._order: list[str] = []
         title = QLabel("Hosts", objectName="panel_title")
         buttons = QHBoxLayout()
         self.buttons: dict[str, QPushButton] = {}
@@ -97,6 +107,7 @@ class HostsPanel(QWidget):
             self._render(item)
         self.list.blockSignals(False)
         names = [p.name for p in profiles]
+        self._order = []
         self.select(select if select in names else LOCAL)
 
     def _render(self, item: QListWidgetItem) -> None:
@@ -130,9 +141,37 @@ class HostsPanel(QWidget):
         return item.data(Qt.ItemDataRole.UserRole) if item else LOCAL
 
     def select(self, name: str) -> None:
+        """Make ``name`` the current and only selected host."""
         item = self.item(name)
         if item is not None:
             self.list.setCurrentItem(item)
+            self.list.clearSelection()
+            item.setSelected(True)
+
+    def select_nodes(self, names: list[str]) -> None:
+        """Select these hosts as the nodes of one run, in this order (node 0 first, and current)."""
+        items = [self.item(n) for n in names]
+        if not items or None in items:
+            return
+        self.list.blockSignals(True)
+        self.list.clearSelection()
+        self._order = []
+        self.list.blockSignals(False)
+        self.list.setCurrentItem(items[0], QItemSelectionModel.SelectionFlag.NoUpdate)
+        for item in items:
+            item.setSelected(True)
+
+    def selected_nodes(self) -> list[str]:
+        """The selected hosts, the first selected first (node 0); the current host alone when none is."""
+        return list(self._order) or [self.current()]
+
+    def _on_selection(self) -> None:
+        selected = {item.data(Qt.ItemDataRole.UserRole) for item in self.list.selectedItems()}
+        # keep the order of selection: dropped ones leave, new ones (list order within one Shift range) join last
+        new = [self.list.item(r).data(Qt.ItemDataRole.UserRole) for r in range(self.list.count())]
+        self._order = [n for n in self._order if n in selected] + [n for n in new if n in selected
+                                                                   and n not in self._order]
+        self.nodes_selected.emit(self.selected_nodes())
 
     def _on_current(self, item, _previous) -> None:
         if item is not None:

@@ -1,4 +1,8 @@
-"""The launch form for the selected host: choices bounded by what the host's probe found."""
+"""The launch form for the selected host(s): choices bounded by what the hosts' probes found.
+
+With two or more hosts selected the run is multi-node: the processes count is per node,
+bounded by the smallest node, and a precision any node cannot run is refused.
+"""
 from __future__ import annotations
 
 import shlex
@@ -12,6 +16,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 from remote_runner.probe import precision_problems as probe_precision_problems
 from remote_runner.config import BACKENDS, COMPILE_MODES, OPTIMIZERS, PRECISIONS, WORKLOADS, ConfigError, config_from_dict
 
+from ddpgui.core.errors import describe
 from ddpgui.core.multinode import max_processes
 
 SCRIPT = "my own script"
@@ -30,6 +35,7 @@ class LaunchPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.host = "local"
+        self.nodes: list[str] = [self.host]
         self.price_per_hour: float | None = None
         self.problems: dict[str, str | None] = {p: None for p in PRECISIONS}
         self.workload = QComboBox(objectName="workload")
@@ -75,6 +81,8 @@ class LaunchPanel(QWidget):
         self.advanced.toggled.emit(False)
         self.error = QLabel(objectName="error_label", wordWrap=True)
         self.hint = QLabel(objectName="hint_label", wordWrap=True)
+        self.warning = QLabel(objectName="warning_label", wordWrap=True, visible=False)
+        self.nodes_label = QLabel(objectName="nodes_label", wordWrap=True, visible=False)
         self.cost = QLabel(objectName="cost_label")
         self.progress = QProgressBar(objectName="launch_progress", visible=False, textVisible=True)
         self.launch_button = QPushButton("Launch", objectName="launch_button", toolTip="Launch the run (Ctrl+Return)")
@@ -115,10 +123,12 @@ class LaunchPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
+        layout.addWidget(self.nodes_label)
         layout.addLayout(form)
         layout.addWidget(self.advanced)
         layout.addWidget(self.error)
         layout.addWidget(self.hint)
+        layout.addWidget(self.warning)
         layout.addWidget(self.cost)
         layout.addStretch(1)
         layout.addWidget(self.progress)
@@ -139,12 +149,33 @@ class LaunchPanel(QWidget):
     def set_host(self, name: str, probe: dict | None, display_name: str | None = None,
                  price_per_hour: float | None = None) -> None:
         """Bound the choices by what the host's probe found (everything allowed when not probed yet)."""
-        self.host, self.probe, self.price_per_hour = name, probe, price_per_hour
-        self.title.setText(f"Launch on {display_name or name}")
-        limit, what = max_processes(probe)
+        self.set_nodes([name], [probe], [display_name or name], price_per_hour)
+
+    def set_nodes(self, names: list[str], probes: list[dict | None], display_names: list[str],
+                  price_per_hour: float | None = None) -> None:
+        """One host, or the nodes of a multi-node run (node 0 first): the choices are bounded by every
+        node's probe (the smallest node's processes; a precision any node cannot run is refused)."""
+        self.host, self.nodes, self.probe, self.price_per_hour = names[0], list(names), probes[0], price_per_hour
+        self.show_warnings([])
+        limit, what = min(max_processes(p) for p in probes)
         self.nproc.setMaximum(limit)
-        self.nproc_label.setText(f"of {limit} {what}" + ("" if probe else " (probe the host to know)"))
-        self.problems = precision_problems(probe)
+        unknown = "" if all(probes) else " (probe the host to know)" if len(names) == 1 else \
+            " (probe every node to know)"
+        if len(names) == 1:
+            self.title.setText(f"Launch on {display_names[0]}")
+            self.nodes_label.setVisible(False)
+            self.nproc_label.setText(f"of {limit} {what}{unknown}")
+        else:
+            self.title.setText(f"Launch on {len(names)} nodes")
+            self.nodes_label.setText(f"{len(names)} nodes: {display_names[0]} (node 0), " + ", ".join(display_names[1:]))
+            self.nodes_label.setVisible(True)
+            self.nproc_label.setText(f"per node, of {limit} {what} on the smallest node{unknown}")
+        self.problems = {}
+        for precision in PRECISIONS:
+            reasons = [(n, precision_problems(p).get(precision)) for n, p in zip(display_names, probes)]
+            reasons = [(n, r) for n, r in reasons if r]
+            self.problems[precision] = None if not reasons else reasons[0][1] if len(names) == 1 else \
+                "; ".join(f"{n}: {r}" for n, r in reasons)
         model: QStandardItemModel = self.precision.model()
         for row, precision in enumerate(PRECISIONS):
             item = model.item(row)
@@ -227,7 +258,7 @@ class LaunchPanel(QWidget):
     def validate(self) -> bool:
         """Inline validation through the runner's own config check; returns whether Launch may go."""
         self.script_box.setVisible(self.workload.currentText() == SCRIPT)
-        world = self.nproc.value()
+        world = self.nproc.value() * len(self.nodes)
         global_batch = self.batch.value() * world * (self.grad_accum.value() if self.advanced.isChecked() else 1)
         self.global_batch.setText(f"global batch {global_batch}")
         error = ""
@@ -259,6 +290,19 @@ class LaunchPanel(QWidget):
         if self.length_unit.currentText() == "minutes":
             return f"Estimated cost: {self.price_per_hour * self.length.value() / 60:.2f} (at {self.price_per_hour:g}/h)"
         return f"This host costs {self.price_per_hour:g}/h while it is rented."
+
+    def show_error(self, exc: BaseException, prefix: str = "Launch failed") -> None:
+        """An error inline, its hint apart (what a preflight or a launch raised)."""
+        message, hint = describe(exc)
+        self.error.setText(f"{prefix}: {message}")
+        self.error.setVisible(True)
+        self.hint.setText(f"Hint: {hint}" if hint else "")
+        self.hint.setVisible(bool(hint))
+
+    def show_warnings(self, warnings: list[str]) -> None:
+        """Warnings that do not block a launch (e.g. the nodes have different torch versions)."""
+        self.warning.setText("\n".join(f"Warning: {w}" for w in warnings))
+        self.warning.setVisible(bool(warnings))
 
     def request_launch(self) -> None:
         if self.validate():

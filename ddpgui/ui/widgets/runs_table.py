@@ -78,7 +78,7 @@ class RunsModel(QAbstractTableModel):
         if column == "Name":
             return run.name or run.id, (run.name or run.id).lower()
         if column == "Host":
-            return ", ".join(run.hosts), run.host
+            return " + ".join(run.hosts), " + ".join(run.hosts)  # a multi-node run's nodes, node 0 first
         if column == "Workload":
             what = cfg.get("workload", "") if cfg.get("mode") != "script" else (cfg.get("script") or {}).get("entry", "script")
             return what, what
@@ -104,7 +104,7 @@ class RunsModel(QAbstractTableModel):
             value = _duration(run)
             return ("" if value is None else format_duration(value)), value or 0.0
         if column == "Cost":
-            price, value = self.prices.get(run.host), _duration(run)
+            price, value = sum(self.prices.get(h) or 0.0 for h in run.hosts), _duration(run)  # every node is paid
             if not price or value is None:
                 return "", 0.0
             return f"{price * value / 3600:.2f}", price * value / 3600
