@@ -18,12 +18,15 @@ from ddpgui.core.targets.factory import open_target
 
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
+from .dialogs.sweep import SweepDialog
 from .prompts import Prompts
 from .nodes import launch_on_nodes
+from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
 from .widgets.hosts_panel import HostsPanel
 from .widgets.launch_panel import LaunchPanel
 from .widgets.runs_table import RunsTable
+from .widgets.sweeps_bar import SweepsBar
 from .workers import WorkerPool
 
 FINAL = ("finished", "failed", "stopped")
@@ -82,6 +85,10 @@ class MainWindow(QMainWindow):
         runs_page = QWidget()
         QVBoxLayout(runs_page).addWidget(self.runs_table)
         self.tabs.addTab(runs_page, "Runs")
+        self.compare = CompareView(self.store, self.hosts, self.settings, self.workers.start)
+        self.tabs.addTab(self.compare, "Compare")
+        self.sweeps = SweepsBar(self.manager, self.workers.start)
+        self.statusBar().addPermanentWidget(self.sweeps)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="main_splitter")
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.tabs)
@@ -99,10 +106,16 @@ class MainWindow(QMainWindow):
         self.runs_table.action_requested.connect(self.run_action)
         self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
         self.updates.update.connect(self._on_update)
+        self.sweeps.compare_requested.connect(self.compare_sweep)
+        self.tabs.currentChanged.connect(lambda _: self.tabs.currentWidget() is self.compare and
+                                         self.compare.refresh_sweeps())
         self._shortcuts()
         self._restore()
         self._update_prices()
         QTimer.singleShot(0, self._reattach)
+        QTimer.singleShot(0, self.sweeps.check_resumable)
+        sweep_menu = self.menuBar().addMenu("S&weeps")
+        sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), self.new_sweep)
         self._last_contact: dict[str, float] = {}  # host → when the app last talked to it
         self._reminded: dict[str, float] = {}  # host → the last use it was reminded about
         self.idle_timer = QTimer(self, interval=60_000)
@@ -256,6 +269,9 @@ class MainWindow(QMainWindow):
         elif action == "duplicate":
             self.launch_panel.apply_settings(self.manager.duplicate(run_ids[0]))
             self.statusBar().showMessage("Settings copied into the launch form: edit them and press Launch", 8000)
+        elif action == "compare":
+            self.compare.add_runs(run_ids)
+            self.tabs.setCurrentWidget(self.compare)
         elif action == "logs":
             self.show_run(run_ids[0])
             self.dashboard.log.setFocus()
@@ -275,6 +291,17 @@ class MainWindow(QMainWindow):
                     self.workers.start(self.manager.delete, run_id,
                                        on_return=lambda _, r=run_id: self._deleted(r),
                                        on_error=lambda exc: self.statusBar().showMessage(f"Delete failed: {exc}"))
+
+    def new_sweep(self) -> SweepDialog:
+        """The sweep dialog over the launch form's settings; Start hands the sweep to the sweeps bar."""
+        dialog = SweepDialog(self.launch_panel.settings(), self.hosts, self.hosts_panel.current(), self)
+        dialog.accepted.connect(lambda: self.sweeps.start(dialog.spec()))
+        dialog.open()
+        return dialog
+
+    def compare_sweep(self, sweep_id: str) -> None:
+        self.compare.add_sweep(sweep_id)
+        self.tabs.setCurrentWidget(self.compare)
 
     def _deleted(self, run_id: str) -> None:
         self.runs_table.model.remove_run(run_id)
@@ -352,6 +379,7 @@ class MainWindow(QMainWindow):
         self.prompts.close()
         self.dashboard.timer.stop()
         self.idle_timer.stop()
+        self.sweeps.close_runner()  # the sweep's runs go on; it stays resumable
         self.updates.close()
         self.workers.shutdown(3000)
         self.manager.close()

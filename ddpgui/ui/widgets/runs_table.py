@@ -160,7 +160,8 @@ class RunsTable(QWidget):
     action_requested = Signal(str, list)  # action name, run ids
 
     ACTIONS = (("stop", "Stop"), ("rerun", "Rerun"), ("duplicate", "Duplicate and edit"),
-               ("logs", "Open logs"), ("export", "Export CSV…"), ("delete", "Delete…"))
+               ("logs", "Open logs"), ("compare", "Add to comparison"), ("export", "Export CSV…"),
+               ("delete", "Delete…"))
 
     def __init__(self, store: RunStore, parent=None):
         super().__init__(parent)

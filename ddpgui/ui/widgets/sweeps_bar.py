@@ -1,0 +1,145 @@
+"""The sweeps' part of the status bar: the SweepRunner the window owns, a progress bar with ETA, resume offers.
+
+The runner calls its listeners on worker threads; :class:`SweepsBar` re-emits each
+:class:`SweepProgress` through a queued signal (as ``bridge.RunUpdates`` does), so the
+widgets change on the GUI thread only.  Starting, resuming and stopping touch the store
+and the hosts, so they run on the window's worker pool.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+
+from ddpgui.core.live import format_duration
+from ddpgui.core.manager import RunManager
+from ddpgui.core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line
+
+#: Progress bar resolution (the bar's maximum).
+STEPS = 1000
+#: Sweep states a restarted app offers to resume.
+RESUMABLE = ("running", "queued")
+
+
+def resumable_sweeps(store) -> list:
+    """Worker: the stored sweeps that were running or queued when the app last closed."""
+    return [s for s in store.list_sweeps() if s.state in RESUMABLE]
+
+
+class SweepsBar(QWidget):
+    """Owns the window's :class:`SweepRunner`; shows the latest sweep's progress and offers to resume."""
+
+    progress_changed = Signal(object)  # SweepProgress, on the GUI thread
+    compare_requested = Signal(str)  # sweep id
+    _posted = Signal(object)
+
+    def __init__(self, manager: RunManager, loader: Callable[..., object], parent=None):
+        """``loader`` starts work off the GUI thread (``WorkerPool.start``)."""
+        super().__init__(parent)
+        self.setObjectName("sweeps_bar")
+        self.manager, self.loader = manager, loader
+        self.runner = SweepRunner(manager)
+        self.sweep_id: str | None = None
+        self.last: SweepProgress | None = None
+        self.offers: list = []
+        self.label = QLabel(objectName="sweep_label")
+        self.bar = QProgressBar(objectName="sweep_progress", maximumWidth=220, textVisible=True)
+        self.bar.setRange(0, STEPS)
+        self.stop_button = QPushButton("Stop sweep", objectName="sweep_stop", flat=True)
+        self.compare_button = QPushButton("Compare", objectName="sweep_compare", flat=True,
+                                          toolTip="Open the sweep's finished runs in the Compare tab")
+        self.resume_button = QPushButton(objectName="sweep_resume", flat=True)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.resume_button, self.label, self.bar, self.stop_button, self.compare_button):
+            layout.addWidget(widget)
+            widget.setVisible(False)
+        self.stop_button.clicked.connect(self.stop)
+        self.compare_button.clicked.connect(lambda: self.sweep_id and self.compare_requested.emit(self.sweep_id))
+        self.resume_button.clicked.connect(self._resume_offered)
+        self._posted.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+        self._unsubscribe = self.runner.subscribe(self._posted.emit)
+
+    # ---- starting ------------------------------------------------------------------------
+    def start(self, spec: SweepSpec) -> None:
+        """Plan, store and start the sweep on a worker; its progress shows here."""
+        self._show_text(f"Starting sweep {spec.name or ''}…".replace("  ", " "))
+        self.loader(self.runner.start, spec, on_return=self._started, on_error=self._failed)
+
+    def resume(self, sweep_id: str) -> None:
+        self._show_text("Resuming the sweep…")
+        self.loader(self.runner.resume, sweep_id, on_return=self._started, on_error=self._failed)
+
+    def _started(self, sweep) -> None:
+        self.sweep_id = sweep.id
+        self.offers = [s for s in self.offers if s.id != sweep.id]
+        self._show_offer()
+        self.loader(self.runner.progress, sweep.id, on_return=self._deliver)
+
+    def _failed(self, exc: Exception) -> None:
+        self._show_text(f"Sweep not started: {exc}" + (f" — {exc.hint}" if getattr(exc, "hint", "") else ""))
+
+    def stop(self) -> None:
+        if self.sweep_id:
+            self.stop_button.setEnabled(False)
+            self._show_text("Stopping the sweep…", keep_bar=True)
+            self.loader(self.runner.stop, self.sweep_id, on_return=lambda _: self.loader(
+                self.runner.progress, self.sweep_id, on_return=self._deliver), on_error=self._failed)
+
+    # ---- resume offers -------------------------------------------------------------------
+    def check_resumable(self) -> None:
+        """Look (on a worker) for sweeps a previous session left running or queued; offer the newest."""
+        self.loader(resumable_sweeps, self.manager.store, on_return=self._set_offers)
+
+    def _set_offers(self, sweeps: list) -> None:
+        running = {self.sweep_id}
+        self.offers = [s for s in sweeps if s.id not in running]
+        self._show_offer()
+
+    def _show_offer(self) -> None:
+        if self.offers:
+            sweep = self.offers[0]
+            more = f" (+{len(self.offers) - 1} more)" if len(self.offers) > 1 else ""
+            self.resume_button.setText(f"Resume sweep “{sweep.name}”{more}")
+            self.resume_button.setToolTip(f"{sweep.id} was {sweep.state} when ddpgui last closed; its finished "
+                                          "cells are kept and running runs are reattached")
+        self.resume_button.setVisible(bool(self.offers))
+
+    def _resume_offered(self) -> None:
+        if self.offers:
+            self.resume(self.offers.pop(0).id)
+            self._show_offer()
+
+    # ---- progress ------------------------------------------------------------------------
+    @Slot(object)
+    def _deliver(self, progress: SweepProgress) -> None:
+        if self.sweep_id is None:
+            self.sweep_id = progress.sweep_id
+        if progress.sweep_id != self.sweep_id:
+            return
+        self.last = progress
+        self.bar.setValue(round(STEPS * min(1.0, progress.fraction)))
+        eta = f" · {format_duration(progress.eta_s)} left" if progress.eta_s is not None else ""
+        self.bar.setFormat(f"{progress.fraction:.0%}{eta}")
+        self.label.setText(f"Sweep {progress.name}: {summary_line(progress.counts, progress.total)} "
+                           f"({progress.state})")
+        self.label.setToolTip("\n".join(f"{c.label}: {c.state}" + (f" — {c.reason}" if c.reason else "")
+                                        for c in progress.cells))
+        active = progress.state not in ("done", "failed", "stopped", "cancelled")
+        for widget in (self.label, self.bar):
+            widget.setVisible(True)
+        self.stop_button.setVisible(active)
+        self.stop_button.setEnabled(active)
+        self.compare_button.setVisible(progress.done > 0)
+        self.progress_changed.emit(progress)
+
+    def _show_text(self, text: str, keep_bar: bool = False) -> None:
+        self.label.setText(text)
+        self.label.setVisible(True)
+        self.bar.setVisible(keep_bar and self.bar.isVisible())
+
+    def close_runner(self) -> None:
+        """Detach (the window is closing): runs go on on their hosts and the sweep stays resumable."""
+        self._unsubscribe()
+        self.runner.close()
