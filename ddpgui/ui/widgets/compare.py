@@ -581,7 +581,7 @@ class CompareView(QWidget):
                     continue
                 buffer = SeriesBuffer(max(16, len(curve.step)))
                 buffer.extend(curve.step if x_axis == "step" else curve.time, curve.loss)
-                plot.add_curve(run.run_id, buffer, labels[run.run_id], colours[g.key][0], width=1.5,
+                plot.add_curve(run.run_id, buffer, labels[run.run_id], colours[g.key][0],
                                style=PEN_STYLES[k % len(PEN_STYLES)])
         plot.getPlotItem().enableAutoRange()
         plot.mark_dirty()
