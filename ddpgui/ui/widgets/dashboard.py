@@ -591,12 +591,14 @@ class Dashboard(QWidget):
         if trace.run_id == self.run_id and update.node == trace.log_node and not trace.logs_loading:
             for spool, data in update.logs.items():
                 self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
+        changed = False  # the run's state or message (not just its last step)
         if update.run is not None:
             live, run = trace.live, update.run
+            changed = (live.state, live.message) != (run.state, run.message)
             live.state, live.message, live.hint = run.state, run.message, run.hint
             if run.summary:
                 live.summary = run.summary
-        if trace.multinode and (update.run is not None or update.records.get("events.jsonl")):
+        if trace.multinode and (changed or update.records.get("events.jsonl")):
             self._refresh_nodes(trace)
         self._header_dirty = True
 

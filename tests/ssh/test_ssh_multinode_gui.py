@@ -36,13 +36,8 @@ def test_launch_two_nodes_from_the_app_watch_each_node_and_stop(window, qtbot):
         qtbot.mouseClick(panel.list.viewport(), Qt.MouseButton.LeftButton, modifier,
                          panel.list.visualItemRect(panel.item(name)).center())
     assert launch.nodes_label.text() == "2 nodes: n0 (node 0), n1"
-    launch.workload.setCurrentText("linear")
-    launch.nproc.setValue(2)
-    launch.compile.setCurrentText("off")
-    launch.precision.setCurrentText("fp32")
-    launch.batch.setValue(8)
-    launch.length_unit.setCurrentText("steps")
-    launch.length.setValue(1_000_000)
+    launch.apply_settings({"workload": "linear", "nproc_per_node": 2, "compile": "off", "precision": "fp32",
+                           "batch_size": 8, "steps": 1_000_000})
     assert launch.launch_button.isEnabled(), launch.error.text()
     launch.launch_button.click()
     qtbot.waitUntil(lambda: board.run_id is not None or launch.error.isVisible(), timeout=180_000)
