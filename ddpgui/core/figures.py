@@ -259,7 +259,8 @@ def _memory(ax, comparison: Comparison) -> str:
     return _estimate_bars(ax, comparison, "mem_peak_gib", "peak memory (GiB)", "peak memory (mean ± 95% CI)")
 
 
-def _ratio_error(r: Ratio) -> tuple[float, float] | None:
+def ratio_error(r: Ratio) -> tuple[float, float] | None:
+    """(below, above) distances from a ratio to the ends of its interval (error bars); None without one."""
     if r.value is None or r.low is None or r.high is None:
         return None
     return (r.value - r.low, r.high - r.value)
@@ -270,7 +271,7 @@ def _speedup(ax, comparison: Comparison) -> str:
     if len(groups) < 2:
         return "one setting only: nothing to compare with the baseline"
     ratios = [comparison.speedup[g.key] for g in groups]
-    if not _bars(ax, groups, [r.value for r in ratios], [_ratio_error(r) for r in ratios],
+    if not _bars(ax, groups, [r.value for r in ratios], [ratio_error(r) for r in ratios],
                  f"speedup vs {comparison.baseline_group.label} (×)", "speedup (95% CI)"):
         return "; ".join(sorted({r.reason for r in ratios if r.reason})) or "no throughput"
     ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")

@@ -75,7 +75,8 @@ def export(comparison: Comparison, store: RunStore, out_dir: str | Path, formats
 # Summary CSV
 
 
-def _unit(metric: str, comparison: Comparison) -> str:
+def metric_unit(metric: str, comparison: Comparison) -> str:
+    """The unit of a summarised metric (throughput in the compared runs' own unit)."""
     unit = UNITS.get(metric, "")
     return comparison.runs[0].throughput_unit if unit == "{throughput}" else unit
 
@@ -106,7 +107,7 @@ def write_summary_csv(comparison: Comparison, path: Path) -> Path:
         for i, g in enumerate(comparison.groups):
             runs = " ".join(g.run_ids)
             for metric in RUN_METRICS:
-                w.writerow(["group", i, g.label, runs, metric, _unit(metric, comparison),
+                w.writerow(["group", i, g.label, runs, metric, metric_unit(metric, comparison),
                             *_estimate_row(g.metrics[metric])])
             for metric, ratios in (("speedup", comparison.speedup), ("memory_saving", comparison.memory_saving),
                                    ("scaling_efficiency", comparison.scaling)):
@@ -119,7 +120,7 @@ def write_summary_csv(comparison: Comparison, path: Path) -> Path:
                         value = run.value(metric)
                         row = [_number(value), "", "", "", "", 1 if value is not None else 0, "run",
                                run.reasons.get(metric, "") if value is None else ""]
-                    w.writerow(["run", run.run_id, g.label, run.run_id, metric, _unit(metric, comparison), *row])
+                    w.writerow(["run", run.run_id, g.label, run.run_id, metric, metric_unit(metric, comparison), *row])
     return path
 
 

@@ -562,8 +562,9 @@ class CompareView(QWidget):
                            "; ".join(sorted({e.reason for e in estimates if e.reason})))
         ratios = [comparison.speedup[g.key] for g in groups]
         self.speedup_plot.getPlotItem().setLabel("left", f"× vs {comparison.baseline_group.label}")
-        self.speedup_plot.show_bars(labels, [r.value for r in ratios], [_ratio_error(r) for r in ratios], bar_colours,
-                                    "; ".join(sorted({r.reason for r in ratios if r.reason})), reference=1.0)
+        self.speedup_plot.show_bars(labels, [r.value for r in ratios], [figures.ratio_error(r) for r in ratios],
+                                    bar_colours, "; ".join(sorted({r.reason for r in ratios if r.reason})),
+                                    reference=1.0)
         self._draw_curves(groups, colours)
         self._draw_scaling(groups, colours)
         self._fill_table(groups)
@@ -627,7 +628,8 @@ class CompareView(QWidget):
         for g in groups:
             setting = g.label + (" (baseline)" if g.key == comparison.baseline else "")
             for metric in RUN_METRICS:
-                model.appendRow(_estimate_row(setting, g.key, metric, _unit(metric, comparison), g.metrics[metric]))
+                model.appendRow(_estimate_row(setting, g.key, metric, report.metric_unit(metric, comparison),
+                                              g.metrics[metric]))
             for metric in RATIOS:
                 model.appendRow(_ratio_row(setting, g.key, metric, report.UNITS[metric], ratios[metric][g.key]))
         self.table.resizeColumnsToContents()
@@ -680,17 +682,6 @@ class CompareView(QWidget):
         self.loader(export_comparison, self.comparison, self.store, folder, formats, width,
                     self.align_combo.currentText(), on_yield=lambda text: self.status.setText(f"Exporting: {text}"),
                     on_return=done, on_error=failed)
-
-
-def _unit(metric: str, comparison: Comparison) -> str:
-    unit = report.UNITS.get(metric, "")
-    return comparison.runs[0].throughput_unit if unit == "{throughput}" else unit
-
-
-def _ratio_error(r: Ratio) -> tuple[float, float] | None:
-    if r.value is None or r.low is None or r.high is None:
-        return None
-    return (r.value - r.low, r.high - r.value)
 
 
 def _item(text: str, value: object = None) -> QStandardItem:
