@@ -56,6 +56,9 @@ def test_two_selected_hosts_make_a_two_node_launch_bounded_by_the_smaller(window
     assert not launch.nodes_label.isVisible() and launch.nproc.maximum() == 3
     _click(qtbot, panel, LOCAL)  # a plain click: one host again
     assert launch.nodes == [LOCAL] and launch.nproc.maximum() == 6 and launch.title.text() == "Launch on This computer"
+    panel.select_nodes(["box-b", LOCAL])  # as a rerun does: node 0 need not be first in the list
+    assert launch.nodes == ["box-b", LOCAL] and panel.current() == "box-b"
+    assert launch.nodes_label.text() == "2 nodes: box-b (node 0), This computer"
 
 
 @pytest.mark.slow
