@@ -457,7 +457,11 @@ class Dashboard(QWidget):
                 self.log.clear()
                 self._show_logs(trace)
 
-        self._read(load_logs, self.store, trace.run_id, node, on_return=done)
+        def failed(exc: Exception) -> None:
+            trace.logs_loading = False
+            self.log.appendPlainText(f"(could not read the log of node {node}: {exc})")
+
+        self._read(load_logs, self.store, trace.run_id, node, on_return=done, on_error=failed)
 
     def _read(self, func: Callable, *args: object, on_return: Callable, on_error: Callable | None = None) -> None:
         """Run a store read off the GUI thread (inline without a loader)."""
