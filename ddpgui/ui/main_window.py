@@ -324,6 +324,7 @@ class MainWindow(QMainWindow):
                 for host in update.run.hosts:
                     self.hosts_panel.set_status(host, "busy", "running a run")
         self.dashboard.on_update(update)
+        self.compare.on_update(update)
 
     def _notify(self, run) -> None:
         text = f"Run {run.name} {run.state}" + (f": {run.message}" if run.message else "")

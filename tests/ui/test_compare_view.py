@@ -9,6 +9,7 @@ from PySide6.QtCore import QSettings
 
 from ddpgui.core import analysis
 from ddpgui.core.hosts import HostStore
+from ddpgui.core.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.widgets.compare import EMPTY_TEXT, BarPlot, CompareView, ExportDialog
 from ddpgui.ui.workers import WorkerPool
@@ -204,3 +205,18 @@ def test_runs_table_action_adds_runs_to_the_compare_tab(window, qtbot):
     qtbot.waitUntil(lambda: window.compare.run_ids == ["b1"] and not window.compare.busy, timeout=30_000)
     assert [g.run_ids for g in window.compare.comparison.groups] == [["b1"]]
     assert isinstance(window.compare.throughput_plot, BarPlot)
+
+
+def test_a_compared_run_that_ends_is_computed_again(window, qtbot):
+    _put_runs(window.store)
+    window.store.update_run("b2", state="running")
+    window.compare.add_runs(["b1", "b2"])
+    _computed(window.compare, qtbot)
+    assert [g.n for g in window.compare.comparison.groups] == [2]
+    assert "b2" not in window.compare.known  # a running run's statistics are not kept
+    record = window.store.update_run("b2", state="finished")
+    generation = window.compare._generation
+    window._on_update(RunUpdate("b2", run=record))
+    assert window.compare._generation == generation + 1
+    _computed(window.compare, qtbot)
+    assert "b2" in window.compare.known and window.compare.known["b2"].n_steps == POINTS

@@ -384,6 +384,11 @@ class CompareView(QWidget):
             self.baseline = None
         self.recompute()
 
+    def on_update(self, update) -> None:
+        """A compared run that has just ended changes the numbers: compute them again (a RunUpdate)."""
+        if update.run is not None and update.run.id in self.run_ids and update.run.state in FINAL_STATES:
+            self.recompute()
+
     def _remove_selected(self) -> None:
         gone = {item.data(Qt.ItemDataRole.UserRole) for item in self.runs_list.selectedItems()}
         self.set_runs([r for r in self.run_ids if r not in gone])
