@@ -11,6 +11,7 @@ start of step S; the tests use it to prove that the other ranks do not hang.
 """
 import contextlib
 import copy
+import faulthandler
 import json
 import math
 import os
@@ -94,6 +95,7 @@ class Env:
 def main(run_dir: str) -> int:
     """Run one rank of the run in ``run_dir``; 0 on success, 1 after writing error-rank<R>.json."""
     rank = int(os.environ.get("RANK", "0"))
+    faulthandler.enable()  # a crash in native code (SIGSEGV, SIGABRT) prints where Python was
     _write_pid(run_dir, rank)
     try:
         cfg = load_config(os.path.join(run_dir, CONFIG))
