@@ -405,6 +405,12 @@ class RunManager:
     def _node_ended(self, run_id: str, node: int, status: dict) -> None:
         """A node of a multi-node run ended: a failure stops the other nodes (belt and braces: torchrun ends
         them too) and is named at once; the run ends, in the worst of its nodes' states, when every node has."""
+        # The node's end as its follow stream reported it, kept with its events: its supervisor's own final
+        # event can be written after the stream's last read, and the node states are read from the events.
+        self.store.add_client_event(run_id, node, {
+            "event": status.get("state", "failed"), "t": status.get("ended_at") or time.time(),
+            "message": status.get("message") or "", "hint": status.get("hint") or "",
+            "failure": status.get("failure"), "exit_code": status.get("exit_code"), "rank": status.get("failed_rank")})
         record = self.store.get_run(run_id)
         states = multinode.node_states(self.store, record, {node: status})
         if status.get("state") == "failed":

@@ -1044,6 +1044,16 @@ class RunStore:
         out = [r for (payload,) in rows for r in _records_of(*decode_block(payload))]
         return [r for r in out if r["seq"] > after_seq] if after_seq >= 0 else out
 
+    def add_client_event(self, run_id: str, node: int, record: dict) -> dict:
+        """Record an event ddpgui itself observed (``"source": "client"``, seq CLIENT_SEQ)."""
+        record = dict(record, source="client", node=node)
+        record.setdefault("t", time.time())
+        with self._write() as conn:
+            conn.execute("INSERT INTO events (run_id, node, seq, t, event, source, record) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (run_id, node, CLIENT_SEQ, _number(record.get("t")), _text(record.get("event")), "client",
+                          json.dumps(record)))
+        return record
+
     def events(self, run_id: str, node: int | None = None) -> list[dict]:
         """The run's events in arrival order, the client's own (``"source": "client"``) among them."""
         sql, args = "SELECT record FROM events WHERE run_id = ?", [run_id]

@@ -462,3 +462,10 @@ def test_wal_reader_thread_sees_consistent_data_while_the_writer_inserts(tmp_pat
         assert problems == []
         assert len(set(seen)) > 2, "the reader never ran while the writer inserted"
         assert s.records("r1") == records
+
+
+def test_client_events_are_kept_with_the_nodes_events(store):
+    store.add_client_event("r1", 1, {"event": "stopped", "t": 5.0, "message": "stopped on request"})
+    assert store.events("r1", 0) == []
+    (event,) = store.events("r1", 1)
+    assert event == {"event": "stopped", "t": 5.0, "message": "stopped on request", "source": "client", "node": 1}

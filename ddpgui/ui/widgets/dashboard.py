@@ -101,6 +101,7 @@ class RunTrace:
         self.device: dict[tuple[str, int, int], SeriesBuffer] = {}  # (metric, gpu or -1 for CPU, node)
         self.gpu_names: dict[tuple[int, int], str] = {}  # (node, gpu) → name
         self.nodes: list[NodeState] = []  # a multi-node run's nodes (empty for one node)
+        self.nodes_asked = 0  # node-state reads asked for, so only the newest one is shown
         self.log_node = 0  # whose log tail is shown
         self.logs_loading = False  # its stored tail is being read: live lines are in it
         self.logs: list[str] = []
@@ -479,8 +480,12 @@ class Dashboard(QWidget):
 
     def _refresh_nodes(self, trace: RunTrace) -> None:
         """Re-read a multi-node run's per-node states (on its state changes and node events only)."""
+        trace.nodes_asked += 1
+        asked = trace.nodes_asked
+
         def done(states: list[NodeState]) -> None:
-            if self.traces.get(trace.run_id) is trace:
+            # reads run on workers and can finish out of order: an older read must not overwrite a newer one
+            if self.traces.get(trace.run_id) is trace and asked == trace.nodes_asked:
                 trace.nodes = states
                 self._header_dirty = True
 
