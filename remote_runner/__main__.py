@@ -156,17 +156,9 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import main
+    from .train import main_and_exit
 
-    code = main(os.path.abspath(args.run_dir))
-    # Leave without interpreter finalization.  Gloo's worker threads can still hold tensors
-    # (through DDP's reducer) after destroy_process_group; destroying them while Python is
-    # torn down aborts the rank now and then ("terminate called without an active
-    # exception", SIGABRT) after a run that finished.  Spools are written unbuffered and
-    # closed by now, so only the standard streams need flushing.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    return main_and_exit(os.path.abspath(args.run_dir))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -479,7 +479,23 @@ def _write_error(run_dir: str, rank: int, exc: BaseException) -> None:
     os.replace(path + ".tmp", path)
 
 
+def main_and_exit(run_dir: str) -> int:
+    """Run the rank, then leave without interpreter finalization.
+
+    Gloo's worker threads can still hold tensors (through DDP's reducer) after
+    destroy_process_group; destroying them while Python is torn down aborts the rank now
+    and then ("terminate called without an active exception", SIGABRT) after a run that
+    finished.  Spools are written unbuffered and closed by now: only the standard streams
+    need flushing.
+    """
+    code = main(run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+    return code  # not reached
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m remote_runner.train RUN_DIR")
-    sys.exit(main(sys.argv[1]))
+    main_and_exit(sys.argv[1])
