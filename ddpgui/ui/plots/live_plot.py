@@ -29,6 +29,7 @@ def _opaque_grid(item: pg.PlotItem) -> None:
         axis = item.getAxis(name)
         axis.setTickPen(pg.mkPen(mix))
         axis.setStyle(tickAlpha=255, maxTickLevel=1)  # opaque, and no third level of faint lines
+        axis.setZValue(-1)  # behind the curves: an opaque grid line would hide a curve that runs along it
     item.showGrid(x=True, y=True, alpha=1.0)
 
 
