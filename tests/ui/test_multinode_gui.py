@@ -186,3 +186,19 @@ def test_gpu_curves_are_named_by_node(qtbot, store):
     legend = [item[1].text for item in board.device_plot.legend.items]
     assert legend == ["node 0 GPU 0 GPU model 0", "node 0 GPU 1 GPU model 0", "node 1 GPU 0 GPU model 1",
                       "node 1 GPU 1 GPU model 1"]
+
+
+def test_a_node_that_ends_after_the_run_is_shown_without_another_update(qtbot, store):
+    _two_node_run(store)
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.show()
+    board.set_run("mn")
+    _put(store, "mn", 1, "events.jsonl", [{"seq": 1, "t": T0 + 20, "event": "stopped"}])
+    run = store.update_run("mn", state="stopped")  # the run ended while node 0's own end is not stored yet
+    board.on_update(RunUpdate("mn", node=1, run=run))
+    board.redraw()
+    assert board.nodes.text() == "node 0 (node-a): running   ·   node 1 (node-b): stopped"
+    store.add_client_event("mn", 0, {"event": "stopped", "t": T0 + 21})  # what the manager keeps when it ends
+    qtbot.waitUntil(lambda: (board.redraw(), board.nodes.text())[1] ==
+                    "node 0 (node-a): stopped   ·   node 1 (node-b): stopped", timeout=5_000)

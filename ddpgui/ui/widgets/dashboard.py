@@ -34,6 +34,8 @@ DEVICE_METRICS = {"GPU utilization %": "util_pct", "GPU memory GiB": "mem_used_g
                   "GPU temperature °C": "temp_c"}
 CPU_METRICS = {"cpu_pct": "host CPU %", "proc_cpu_pct": "run's processes CPU %"}
 X_AXES = ("step", "elapsed", "wall clock")
+#: After a multi-node run ended, re-read node states this often, this many times, until every node has ended.
+NODE_RETRY_MS, NODE_RETRIES = 1000, 30
 RECORD_SPOOLS = ("metrics.jsonl", "telemetry.jsonl", "events.jsonl")
 LOG_SPOOLS = ("stdout.log", "stderr.log")
 
@@ -102,6 +104,7 @@ class RunTrace:
         self.gpu_names: dict[tuple[int, int], str] = {}  # (node, gpu) → name
         self.nodes: list[NodeState] = []  # a multi-node run's nodes (empty for one node)
         self.nodes_asked = 0  # node-state reads asked for, so only the newest one is shown
+        self.nodes_retries = 0  # re-reads after the run ended while a node's end was not stored yet
         self.log_node = 0  # whose log tail is shown
         self.logs_loading = False  # its stored tail is being read: live lines are in it
         self.logs: list[str] = []
@@ -488,6 +491,12 @@ class Dashboard(QWidget):
             if self.traces.get(trace.run_id) is trace and asked == trace.nodes_asked:
                 trace.nodes = states
                 self._header_dirty = True
+                # the run has ended but a node's own end is not stored yet: look again shortly (bounded)
+                if trace.live.state in ("finished", "failed", "stopped") and not all(n.final for n in states) \
+                        and trace.nodes_retries < NODE_RETRIES:
+                    trace.nodes_retries += 1
+                    QTimer.singleShot(NODE_RETRY_MS, lambda: self.traces.get(trace.run_id) is trace
+                                      and self._refresh_nodes(trace))
 
         self._read(lambda store, run_id: node_states(store, store.get_run(run_id)), self.store, trace.run_id,
                    on_return=done, on_error=lambda exc: None)
@@ -607,7 +616,9 @@ class Dashboard(QWidget):
             live.state, live.message, live.hint = run.state, run.message, run.hint
             if run.summary:
                 live.summary = run.summary
-        if trace.multinode and (changed or update.records.get("events.jsonl")):
+        # a node can end after the run's state was set (a stop marks the run first): read again until all have
+        lagging = update.run is not None and not update.run.active and not all(n.final for n in trace.nodes)
+        if trace.multinode and (changed or lagging or update.records.get("events.jsonl")):
             self._refresh_nodes(trace)
         self._header_dirty = True
 
