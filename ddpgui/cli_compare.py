@@ -50,17 +50,13 @@ def _formats(text: str) -> list[str]:
 
 def _sweep_runs(store: RunStore, text: str) -> list[RunRecord]:
     """The finished runs of the sweep whose id starts with ``text``, or else whose name is ``text``."""
-    from .cli import CLIError
+    from .cli_sweep import find_sweep
 
-    everything = store.list_sweeps()
-    sweeps = [s for s in everything if s.id.startswith(text)] or [s for s in everything if s.name == text]
-    if len(sweeps) != 1:
-        raise CLIError(f"no sweep {text!r}" if not sweeps else f"{text!r} matches {len(sweeps)} sweeps",
-                       "list sweeps with: ddpgui sweep list" if not sweeps else "give more of the sweep id")
-    runs = store.sweep_runs(sweeps[0].id)
+    sweep = find_sweep(store, text)
+    runs = store.sweep_runs(sweep.id)
     done = [r for r in runs if r.state == "finished"]
     if len(done) < len(runs):
-        print(f"sweep {sweeps[0].id}: comparing {len(done)} finished of its {len(runs)} runs", file=sys.stderr)
+        print(f"sweep {sweep.id}: comparing {len(done)} finished of its {len(runs)} runs", file=sys.stderr)
     return done
 
 
@@ -90,8 +86,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         baseline = _find_run(store, args.baseline).id if args.baseline else runs[0].id
         if baseline not in {r.id for r in runs}:
             runs.insert(0, store.get_run(baseline))
-        reached = [r.last_step for r in runs if r.last_step]
-        n_steps = args.steps or (min(reached) if reached else None)
+        n_steps = args.steps or analysis.common_steps(runs)
         stats = [analysis.run_stats(store, r.id, analysis.run_price_per_hour(r, hosts), n_steps) for r in runs]
         comparison = analysis.compare(stats, baseline)
         out = Path(args.out)

@@ -475,6 +475,12 @@ def run_price_per_hour(run: RunRecord, hosts: HostStore) -> float | None:
     return total
 
 
+def common_steps(runs: Sequence[RunRecord]) -> int | None:
+    """N of "time to N steps" when comparing ``runs``: the fewest steps any of them reached (None: none logged)."""
+    reached = [r.last_step for r in runs if r.last_step]
+    return min(reached) if reached else None
+
+
 # --------------------------------------------------------------------------------------------------
 # Settings and groups
 
