@@ -1,6 +1,4 @@
 """The Compare tab on a real run store: its numbers are analysis.compare's, baseline and colour-by, export."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pypdf
@@ -14,8 +12,7 @@ from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.widgets.compare import EMPTY_TEXT, BarPlot, CompareView, ExportDialog
 from ddpgui.ui.workers import WorkerPool
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from stored_runs import store_run  # noqa: E402  (the runs helper of tests/core)
+from stored_runs import store_run
 
 POINTS = 60
 #: (run id, processes, precision, throughput level): two repeats of 1× and 2× fp32, one 1× bf16.

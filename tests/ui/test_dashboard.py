@@ -1,5 +1,4 @@
 """The dashboard on real stores: overlaid runs, x axes, off-thread loading without duplicates, hints, export."""
-import json
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -7,10 +6,11 @@ import pyqtgraph as pg
 import pytest
 
 from ddpgui.core.manager import RunUpdate
-from ddpgui.core.protocol import Chunk
 from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
 from ddpgui.ui.workers import WorkerPool
+
+from stored_runs import put_spool
 
 T0 = 1_764_500_000.0
 
@@ -20,18 +20,12 @@ def _metrics(n, scale=1.0, t0=T0, first=0, warmup_steps=2):
              "warmup": i < warmup_steps} for i in range(first, n)]
 
 
-def _put(store, run_id, spool, records, start=0):
-    data = b"".join(json.dumps(r).encode() + b"\n" for r in records)
-    store.store_chunk(run_id, 0, Chunk(spool, start, start + len(data), data))
-    return start + len(data)
-
-
 def _run(store, run_id, n=100, scale=1.0, telemetry=()):
     store.create_run(run_id, name=f"name-{run_id}", hosts=["local"], config={"steps": n}, state="running")
-    _put(store, run_id, "events.jsonl", [{"seq": 0, "t": T0, "event": "started"}])
-    _put(store, run_id, "metrics.jsonl", _metrics(n, scale))
+    put_spool(store, run_id, "events.jsonl", [{"seq": 0, "t": T0, "event": "started"}])
+    put_spool(store, run_id, "metrics.jsonl", _metrics(n, scale))
     if telemetry:
-        _put(store, run_id, "telemetry.jsonl", list(telemetry))
+        put_spool(store, run_id, "telemetry.jsonl", list(telemetry))
 
 
 @pytest.fixture

@@ -1,5 +1,4 @@
 """Multi-node runs in the app: select several hosts, bounds per node, preflight errors inline, per-node display."""
-import json
 import socket
 
 import numpy as np
@@ -8,10 +7,11 @@ from PySide6.QtCore import Qt
 
 from ddpgui.core.hosts import LOCAL, HostProfile
 from ddpgui.core.manager import RunUpdate
-from ddpgui.core.protocol import Chunk
 from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
 from ddpgui.ui.widgets.runs_table import COLUMNS, RunsModel
+
+from stored_runs import put_spool
 
 T0 = 1_764_500_000.0
 
@@ -87,13 +87,6 @@ def test_an_unreachable_node_is_named_inline_and_nothing_is_launched(window, qtb
     assert launch.launch_button.isEnabled()
 
 
-def _put(store, run_id, node, spool, records):
-    """Store records (or a log's bytes) as node ``node`` wrote them, after what it holds."""
-    data = records if isinstance(records, bytes) else b"".join(json.dumps(r).encode() + b"\n" for r in records)
-    offset = store.offsets(run_id, node).get(spool, 0)
-    store.store_chunk(run_id, node, Chunk(spool, offset, offset + len(data), data))
-
-
 def _cpu(n, node, start=0):
     return [{"seq": i, "t": T0 + i, "kind": "cpu", "cpu_pct": 10.0 * (node + 1) + i, "proc_cpu_pct": 5.0 * (node + 1)}
             for i in range(start, n)]
@@ -103,11 +96,21 @@ def _two_node_run(store, run_id="mn"):
     store.create_run(run_id, name="two nodes", hosts=["node-a", "node-b"], config={"steps": 20, "nproc_per_node": 2,
                      "nnodes": 2}, state="running", run_dirs={0: "/r/a", 1: "/r/b"})
     for node in (0, 1):
-        _put(store, run_id, node, "events.jsonl", [{"seq": 0, "t": T0, "event": "started"}])
-        _put(store, run_id, node, "telemetry.jsonl", _cpu(10, node))
-        _put(store, run_id, node, "stdout.log", f"hello from node {node}\n".encode())
-    _put(store, run_id, 0, "metrics.jsonl", [{"seq": i, "t": T0 + i, "step": i + 1, "loss": 1.0 / (i + 1)}
+        put_spool(store, run_id, "events.jsonl", [{"seq": 0, "t": T0, "event": "started"}], node=node)
+        put_spool(store, run_id, "telemetry.jsonl", _cpu(10, node), node=node)
+        put_spool(store, run_id, "stdout.log", f"hello from node {node}\n".encode(), node=node)
+    put_spool(store, run_id, "metrics.jsonl", [{"seq": i, "t": T0 + i, "step": i + 1, "loss": 1.0 / (i + 1)}
                                              for i in range(10)])
+
+
+def _two_node_board(qtbot, store):
+    """A dashboard showing a stored two-node run, still running."""
+    _two_node_run(store)
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.show()
+    board.set_run("mn")
+    return board
 
 
 @pytest.fixture
@@ -117,11 +120,7 @@ def store(tmp_path):
 
 
 def test_per_node_telemetry_state_and_logs_on_the_dashboard(qtbot, store):
-    _two_node_run(store)
-    board = Dashboard(store)
-    qtbot.addWidget(board)
-    board.show()
-    board.set_run("mn")
+    board = _two_node_board(qtbot, store)
     board.redraw()
     for node in (0, 1):
         x, y = board.device_plot.curve_data(f"mn:node{node}:cpu_pct")
@@ -136,7 +135,8 @@ def test_per_node_telemetry_state_and_logs_on_the_dashboard(qtbot, store):
 
     assert board.nodes.isVisible()
     assert board.nodes.text() == "node 0 (node-a): running   ·   node 1 (node-b): running"
-    _put(store, "mn", 1, "events.jsonl", [{"seq": 1, "t": T0 + 20, "event": "failed", "message": "Rank 2 was killed"}])
+    put_spool(store, "mn", "events.jsonl", [{"seq": 1, "t": T0 + 20, "event": "failed", "message": "Rank 2 was killed"}],
+              node=1)
     run = store.update_run("mn", state="failed", message="node 1 (node-b) failed: Rank 2 was killed")
     board.on_update(RunUpdate("mn", node=1, run=run))
     board.redraw()
@@ -146,7 +146,7 @@ def test_per_node_telemetry_state_and_logs_on_the_dashboard(qtbot, store):
     assert board.log_node.isVisible() and board.log_node.currentData() == 0
     assert "hello from node 0" in board.log.toPlainText() and "node 1" not in board.log.toPlainText()
     def live_line(text):  # as the follower does: stored first, then announced
-        _put(store, "mn", 1, "stdout.log", text)
+        put_spool(store, "mn", "stdout.log", text, node=1)
         board.on_update(RunUpdate("mn", node=1, logs={"stdout.log": text}))
 
     live_line(b"first live line from node 1\n")
@@ -173,9 +173,9 @@ def test_the_runs_table_shows_every_node_and_the_run_state(store):
 def test_gpu_curves_are_named_by_node(qtbot, store):
     store.create_run("g", name="gpus", hosts=["node-a", "node-b"], state="running", run_dirs={0: "/a", 1: "/b"})
     for node in (0, 1):
-        _put(store, "g", node, "telemetry.jsonl", [
+        put_spool(store, "g", "telemetry.jsonl", [
             {"seq": i, "t": T0 + i // 2, "kind": "gpu", "gpu": i % 2, "name": f"GPU model {node}",
-             "util_pct": 50.0 + node, "mem_used_gib": 1.0, "power_w": 100.0, "temp_c": 50.0} for i in range(8)])
+             "util_pct": 50.0 + node, "mem_used_gib": 1.0, "power_w": 100.0, "temp_c": 50.0} for i in range(8)], node=node)
     board = Dashboard(store)
     qtbot.addWidget(board)
     board.set_run("g")
@@ -189,12 +189,8 @@ def test_gpu_curves_are_named_by_node(qtbot, store):
 
 
 def test_a_node_that_ends_after_the_run_is_shown_without_another_update(qtbot, store):
-    _two_node_run(store)
-    board = Dashboard(store)
-    qtbot.addWidget(board)
-    board.show()
-    board.set_run("mn")
-    _put(store, "mn", 1, "events.jsonl", [{"seq": 1, "t": T0 + 20, "event": "stopped"}])
+    board = _two_node_board(qtbot, store)
+    put_spool(store, "mn", "events.jsonl", [{"seq": 1, "t": T0 + 20, "event": "stopped"}], node=1)
     run = store.update_run("mn", state="stopped")  # the run ended while node 0's own end is not stored yet
     board.on_update(RunUpdate("mn", node=1, run=run))
     board.redraw()

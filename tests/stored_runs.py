@@ -9,6 +9,14 @@ def spool_bytes(records):
     return b"".join(json.dumps({"seq": i, **r}).encode() + b"\n" for i, r in enumerate(records))
 
 
+def put_spool(store, run_id, spool, records, node=0):
+    """Store records (or a log's bytes) as node ``node`` wrote them, right after what the store holds."""
+    data = records if isinstance(records, bytes) else b"".join(json.dumps(r).encode() + b"\n" for r in records)
+    offset = store.offsets(run_id, node).get(spool, 0)
+    store.store_chunk(run_id, node, Chunk(spool, offset, offset + len(data), data))
+    return offset + len(data)
+
+
 def store_run(store, run_id, config, metrics=(), telemetry=(), events=(), hosts=("local",), environment=None,
               state="finished", node=0):
     """Create the run, store its spools as chunks (one transaction), then set its final state."""
