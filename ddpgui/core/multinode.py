@@ -227,8 +227,9 @@ def launch_nodes(manager: RunManager, hosts: list[str], settings: dict | RunConf
                 stop_nodes(manager, RunRecord(cfg.run_id, hosts=hosts, run_dirs=run_dirs), list(run_dirs))
             except TargetError as stop_error:
                 error.hint += f"; also, {stop_error}"
-            manager.store.update_run(cfg.run_id, state="failed", message=str(error).removesuffix(f" — {error.hint}"),
-                                     hint=error.hint, failure="launch_failed", ended_at=time.time(), run_dirs=run_dirs)
+            message, hint = describe(error)
+            manager.store.update_run(cfg.run_id, state="failed", message=message, hint=hint,
+                                     failure="launch_failed", ended_at=time.time(), run_dirs=run_dirs)
             raise error from exc
         # Recorded node by node: after a crash here, reattach follows what did start (it ends by itself
         # when the other nodes never join, after rdzv_timeout_s).
