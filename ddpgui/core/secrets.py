@@ -41,7 +41,7 @@ def _user(profile: str, kind: str) -> str:
 
 
 def _unavailable(exc: Exception) -> SecretsUnavailable:
-    backend = type(keyring.get_keyring()).__module__
+    backend = backend_name()
     if isinstance(exc, keyring.errors.KeyringLocked):
         return SecretsUnavailable(f"the keyring is locked ({backend})", "unlock your keyring and try again")
     if isinstance(exc, keyring.errors.NoKeyringError):
