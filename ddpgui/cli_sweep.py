@@ -184,8 +184,9 @@ def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> 
     finally:
         unsubscribe()
     with lock:
+        total = len(runner.store.sweep_cells(sweep_id)) if ended else 0
         for cell, count in ended:
-            _print_ended(cell, count, len(runner.store.sweep_cells(sweep_id)), tty)
+            _print_ended(cell, count, total, tty)
     if tty:
         print()
     return _report(runner.store, sweep)
@@ -212,14 +213,10 @@ def _print_ended(cell: SweepCell, count: int, total: int, tty: bool) -> None:
 def _report(store: RunStore, sweep: SweepRecord) -> int:
     """The table of cells and the verdict; the exit code says whether every cell is done."""
     _print_cells(store, sweep)
-    cells = store.sweep_cells(sweep.id)
-    counts: dict[str, int] = {}
-    for cell in cells:
-        counts[cell.state] = counts.get(cell.state, 0) + 1
-    print(f"sweep {sweep.state}: {summary_line(counts, len(cells))}")
-    failed = counts.get("failed", 0) + counts.get("skipped", 0)
-    if failed:
-        print(f"{failed} cell(s) failed: see the reasons above, or ddpgui sweep-show {sweep.id}")
+    progress = sweep_progress(store, sweep.id)
+    print(f"sweep {sweep.state}: {summary_line(progress.counts, progress.total)}")
+    if progress.failed:
+        print(f"{progress.failed} cell(s) failed: see the reasons above, or ddpgui sweep-show {sweep.id}")
     if sweep.active:
         print(f"the sweep is not finished: ddpgui sweep-resume {sweep.id}")
         return EXIT_FAILED
