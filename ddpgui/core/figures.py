@@ -95,11 +95,7 @@ def envelope(x: np.ndarray, y: np.ndarray, columns: int, lo: float | None = None
 
 def caption_text(comparison: Comparison) -> str:
     """The environment line: GPU (or CPU) model, driver, CUDA and torch of the compared runs."""
-    lines = []
-    for env in {_env_line(r.environment): None for r in comparison.runs}:
-        if env and env not in lines:
-            lines.append(env)
-    return "; ".join(lines)
+    return "; ".join(line for line in dict.fromkeys(_env_line(r.environment) for r in comparison.runs) if line)
 
 
 def _env_line(env: dict) -> str:
