@@ -406,7 +406,7 @@ def _start_time(events: list[dict], t: np.ndarray) -> float | None:
 def _telemetry_stats(store: RunStore, run: RunRecord, stats: RunStats) -> None:
     """Average GPU utilisation and energy (trapezoid over each GPU's power samples, summed over GPUs)."""
     utils, energy, powered = [], 0.0, False
-    for node in sorted({0, *map(int, run.run_dirs)}):
+    for node in run.nodes:
         tel = store.series(run.id, TELEMETRY, node, keys=["t", "kind", "gpu", "util_pct", "power_w"])
         if not len(tel["t"]):
             continue

@@ -51,7 +51,7 @@ def export_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]
                 step = "" if steps is None or math.isnan(steps[i]) else int(steps[i])
                 pw.writerow([run_id, run.name, step, elapsed, f"{metrics['t'][i]:.3f}",
                              _cell(metrics.get("phase"), i), key, value])
-            for node in sorted({0, *map(int, run.run_dirs)}):
+            for node in run.nodes:
                 tel = store.series(run_id, "telemetry.jsonl", node)
                 gpus = tel.get("gpu")
                 for i, key, value, elapsed in _points(tel):

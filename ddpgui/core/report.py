@@ -219,17 +219,13 @@ def write_latex(comparison: Comparison, path: Path) -> Path:
 # JSON bundle
 
 
-def _nodes(run: RunRecord) -> list[int]:
-    return sorted({0, *map(int, run.run_dirs)})
-
-
 def bundle_of(store: RunStore, run_ids: Sequence[str]) -> dict:
     """Every stored thing of the runs: their records, every spool record per node, and the log tails."""
     runs = []
     for run_id in run_ids:
         run = store.get_run(run_id)
         nodes = {}
-        for node in _nodes(run):
+        for node in run.nodes:
             spools = {spool: store.records(run_id, spool, node) for spool in (METRICS, TELEMETRY, EVENTS)}
             spools.update({spool: base64.b64encode(store.log_tail(run_id, spool, node)).decode("ascii")
                            for spool in LOG_SPOOLS})

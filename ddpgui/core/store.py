@@ -146,6 +146,11 @@ class RunRecord:
     def active(self) -> bool:
         return self.state not in FINAL_STATES
 
+    @property
+    def nodes(self) -> list[int]:
+        """Its node indexes: 0 always (a run not launched yet has no run dir), then every node with a run dir."""
+        return sorted({0, *map(int, self.run_dirs)})
+
 
 _RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
 _JSON_COLUMNS = frozenset({"tags", "hosts", "config", "environment", "run_dirs", "summary"})
