@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from remote_runner.capabilities import peak_tflops, precision_problem, resolve_backend, resolve_device
 from remote_runner.config import ConfigError, RunConfig, load_config
 from remote_runner.metrics import METRICS, SpoolWriter, append_event
-from remote_runner.status import CONFIG
+from remote_runner.status import CONFIG, atomic_write
 from remote_runner.workloads import Workload, build_workload
 
 FAIL_RANK_ENV = "DDPGUI_TEST_FAIL_RANK"
@@ -474,9 +474,7 @@ def _write_error(run_dir: str, rank: int, exc: BaseException) -> None:
         if getattr(exc, extra, None):
             record[extra] = getattr(exc, extra)
     path = os.path.join(run_dir, "error-rank%d.json" % rank)
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    atomic_write(path, json.dumps(record, indent=1).encode("utf-8"))
 
 
 def main_and_exit(run_dir: str) -> int:

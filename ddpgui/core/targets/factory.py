@@ -1,7 +1,6 @@
 """Turning a host profile into a Target, and checking that its Python is usable."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -50,7 +49,7 @@ def check_python(target: Target) -> PythonCheck:
     """Run the profile's Python on the host: is it there, is it 3.9+, does it have torch?"""
     result = target.exec([target.python, "-c", _PYTHON_SNIPPET], timeout=60)
     try:
-        info = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        info = result.json()
     except (ValueError, IndexError):
         raise target.python_error(result) from None
     check = PythonCheck(info["executable"], info["python"], info["torch"])
