@@ -229,7 +229,7 @@ def _describe_gpu(gpu: dict) -> dict:
     bf16 = capabilities.bf16_supported(tuple(cap)) if cap else None
     return {"index": gpu["index"], "name": gpu.get("name"), "memory_total_gib": gpu.get("memory_total_gib"),
             "compute_capability": "%d.%d" % tuple(cap) if cap else None, "bf16": bf16,
-            # The table's bf16 column is the fp16 tensor-core peak: a GPU without bf16 has no bf16 peak.
+            # The table is matched by name; the compute capability decides whether bf16 runs at all.
             "peak_tflops_bf16": None if bf16 is False else capabilities.peak_tflops(gpu.get("name"), "bf16"),
             "source": gpu.get("source")}
 
