@@ -105,7 +105,7 @@ class MainWindow(QMainWindow):
         self.runs_table.runs_selected.connect(self.dashboard.set_runs)
         self.runs_table.action_requested.connect(self.run_action)
         self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
-        self.updates.update.connect(self._on_update)
+        self.updates.received.connect(self._on_update)
         self.sweeps.compare_requested.connect(self.compare_sweep)
         self.tabs.currentChanged.connect(lambda _: self.tabs.currentWidget() is self.compare and
                                          self.compare.refresh_sweeps())

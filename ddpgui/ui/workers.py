@@ -12,17 +12,18 @@ import inspect
 import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Qt, Signal, Slot
+from PySide6.QtCore import QRunnable, QThreadPool, Signal
+
+from .bridge import GuiRelay
 
 
 class WorkerAborted(Exception):
     """Raised inside a work function's generator when the worker was aborted."""
 
 
-class _Relay(QObject):
-    """Lives on the GUI thread; the worker thread posts to it through a queued connection."""
+class _Relay(GuiRelay):
+    """Lives on the GUI thread; the worker thread posts ``(signal name, value)`` pairs to it."""
 
-    posted = Signal(str, object)
     started = Signal()
     yielded = Signal(object)
     returned = Signal(object)
@@ -31,20 +32,15 @@ class _Relay(QObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self.posted.connect(self._dispatch, Qt.ConnectionType.QueuedConnection)
+        self.received.connect(self._dispatch)
 
-    @Slot(str, object)
-    def _dispatch(self, kind: str, value: object) -> None:
-        if kind == "started":
-            self.started.emit()
-        elif kind == "yielded":
-            self.yielded.emit(value)
-        elif kind == "returned":
-            self.returned.emit(value)
-        elif kind == "errored":
-            self.errored.emit(value)
+    def _dispatch(self, posted: tuple[str, object]) -> None:
+        kind, value = posted
+        signal = getattr(self, kind)
+        if kind in ("started", "finished"):
+            signal.emit()
         else:
-            self.finished.emit()
+            signal.emit(value)
 
 
 class GeneratorWorker(QRunnable):
@@ -63,12 +59,10 @@ class GeneratorWorker(QRunnable):
     def abort(self) -> None:
         self._abort.set()
 
-    @property
-    def abort_requested(self) -> bool:
-        return self._abort.is_set()
-
     def run(self) -> None:
-        post = self.relay.posted.emit
+        def post(kind: str, value: object) -> None:
+            self.relay.post((kind, value))
+
         post("started", None)
         try:
             result = self._func(*self._args, **self._kwargs)

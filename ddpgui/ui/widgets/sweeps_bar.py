@@ -1,7 +1,7 @@
 """The sweeps' part of the status bar: the SweepRunner the window owns, a progress bar with ETA, resume offers.
 
-The runner calls its listeners on worker threads; :class:`SweepsBar` re-emits each
-:class:`SweepProgress` through a queued signal (as ``bridge.RunUpdates`` does), so the
+The runner calls its listeners on worker threads; :class:`SweepsBar` relays each
+:class:`SweepProgress` to the GUI thread through a :class:`~ddpgui.ui.bridge.GuiRelay`, so the
 widgets change on the GUI thread only.  Starting, resuming and stopping touch the store
 and the hosts, so they run on the window's worker pool.
 """
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
 from ddpgui.core.live import format_duration
 from ddpgui.core.manager import RunManager
 from ddpgui.core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line
+
+from ..bridge import GuiRelay
 
 #: Progress bar resolution (the bar's maximum).
 STEPS = 1000
@@ -32,7 +34,6 @@ class SweepsBar(QWidget):
 
     progress_changed = Signal(object)  # SweepProgress, on the GUI thread
     compare_requested = Signal(str)  # sweep id
-    _posted = Signal(object)
 
     def __init__(self, manager: RunManager, loader: Callable[..., object], parent=None):
         """``loader`` starts work off the GUI thread (``WorkerPool.start``)."""
@@ -58,8 +59,9 @@ class SweepsBar(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.compare_button.clicked.connect(lambda: self.sweep_id and self.compare_requested.emit(self.sweep_id))
         self.resume_button.clicked.connect(self._resume_offered)
-        self._posted.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
-        self._unsubscribe = self.runner.subscribe(self._posted.emit)
+        self._relay = GuiRelay(self)
+        self._relay.received.connect(self._deliver)
+        self._unsubscribe = self.runner.subscribe(self._relay.post)
 
     # ---- starting ------------------------------------------------------------------------
     def start(self, spec: SweepSpec) -> None:
