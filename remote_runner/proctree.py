@@ -11,6 +11,8 @@ import subprocess
 import time
 from typing import Dict, Iterable, List, Set
 
+from .status import pid_alive
+
 PIDS_DIR = "pids"
 
 
@@ -85,17 +87,7 @@ def _cmdline_mentions(pid: int, text: str) -> bool:
         with open("/proc/%d/cmdline" % pid, "rb") as fh:
             return text.encode() in fh.read()
     except OSError:
-        return not os.path.isdir("/proc/self") and _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+        return not os.path.isdir("/proc/self") and pid_alive(pid)
 
 
 def signal_all(pids: Iterable[int], sig: int) -> None:
