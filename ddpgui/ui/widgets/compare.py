@@ -88,8 +88,7 @@ def compute_comparison(store: RunStore, hosts: HostStore | None, run_ids: list[s
             missing.append(run_id)
     if not runs:
         raise ValueError("none of the runs to compare is in the run store any more")
-    reached = [r.last_step for r in runs if r.last_step]
-    n_steps = min(reached) if reached else None
+    n_steps = analysis.common_steps(runs)
     stats, final = [], {}
     for run in runs:
         cached = known.get(run.id)
