@@ -105,6 +105,12 @@ class SeriesBuffer:
         self.monotonic = True
         self._levels.clear()
 
+    def set_x(self, xs) -> None:
+        """Replace the x column (another x axis), keeping y (and, in a SmoothedBuffer, the smoothing)."""
+        ys = self.y.copy()
+        self.clear()
+        self.extend(xs, ys)
+
     @property
     def x(self) -> np.ndarray:
         return self._x[:self.size]
@@ -261,12 +267,6 @@ class SmoothedBuffer(SeriesBuffer):
         self.alpha = alpha
         self.smooth.clear()
         self.smooth.extend(self.x, ema(self.y, alpha))
-
-    def set_x(self, xs) -> None:
-        """Replace the x column (another x axis), keeping y and the smoothing."""
-        ys = self.y.copy()
-        self.clear()
-        self.extend(xs, ys)
 
     def clear(self) -> None:
         super().clear()

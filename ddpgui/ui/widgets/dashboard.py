@@ -113,7 +113,8 @@ class RunTrace:
     def multinode(self) -> bool:
         return len(self.nodes) > 1
 
-    def time_x(self, t: float, x_axis: str) -> float:
+    def time_x(self, t, x_axis: str):
+        """Host time(s) ``t`` (a number or an array) on the time axis: as they are, or since the run's start."""
         return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
 
     def apply(self, data: TraceData, x_axis: str) -> None:
@@ -141,10 +142,10 @@ class RunTrace:
             t = metrics["t"][train]
             loss = metrics.get("loss", np.full(len(train), np.nan))[train]
             self.loss_step_t.extend(steps[train], t)
-            self.loss.extend(steps[train] if x_axis == "step" else self.time_x_array(t, x_axis), loss)
+            self.loss.extend(steps[train] if x_axis == "step" else self.time_x(t, x_axis), loss)
             rate = metrics.get("samples_per_s")
             if rate is not None:
-                self.throughput.extend(self.time_x_array(t, x_axis), rate[train])
+                self.throughput.extend(self.time_x(t, x_axis), rate[train])
             self.live.step = int(steps[-1])
             for key in ("loss", "samples_per_s", "mem_peak_gib"):
                 if key in metrics and metrics[key].dtype == np.float64 and metrics[key][-1] == metrics[key][-1]:
@@ -169,12 +170,9 @@ class RunTrace:
     def set_logs(self, logs: dict[str, bytes]) -> None:
         self.logs = [logs[s].decode("utf-8", "replace").rstrip("\n") for s in LOG_SPOOLS if logs.get(s)]
 
-    def time_x_array(self, t: np.ndarray, x_axis: str) -> np.ndarray:
-        return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
-
     def _load_telemetry(self, telemetry: dict[str, np.ndarray], x_axis: str, warm_t: float | None,
                         node: int = 0) -> None:
-        t = self.time_x_array(telemetry["t"], x_axis)
+        t = self.time_x(telemetry["t"], x_axis)
         kinds = telemetry.get("kind")
         is_gpu = kinds == "gpu" if kinds is not None else np.zeros(len(t), dtype=bool)
         groups = [(-1, ~is_gpu, CPU_METRICS)]
@@ -252,12 +250,10 @@ class RunTrace:
         if new == "step":
             self.loss.set_x(self.loss_step_t.x)
         else:
-            self.loss.set_x(self.time_x_array(self.loss_step_t.y, new))
-        for buffer in (self.throughput, *self.device.values()):
-            if shift:
-                xs, ys = buffer.x + shift, buffer.y.copy()
-                buffer.clear()
-                buffer.extend(xs, ys)
+            self.loss.set_x(self.time_x(self.loss_step_t.y, new))
+        if shift:
+            for buffer in (self.throughput, *self.device.values()):
+                buffer.set_x(buffer.x + shift)
 
 
 class Dashboard(QWidget):
