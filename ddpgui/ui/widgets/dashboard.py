@@ -343,8 +343,11 @@ class Dashboard(QWidget):
         layout.addLayout(options)
         layout.addWidget(split, 1)
 
-        self.timer = QTimer(self, interval=REDRAW_MS)
-        self.timer.timeout.connect(self.redraw)
+        # one plot per tick, in turn: each plot still redraws at most every REDRAW_MS, and a frame's
+        # painting is split into three short blocks of the event loop instead of one long one
+        self._next_plot = 0
+        self.timer = QTimer(self, interval=REDRAW_MS // len(self.plots))
+        self.timer.timeout.connect(self._tick)
         self.timer.start()
 
     # ---- which runs ------------------------------------------------------------------------
@@ -619,10 +622,19 @@ class Dashboard(QWidget):
         self._header_dirty = True
 
     # ---- drawing ---------------------------------------------------------------------------
+    def _tick(self) -> None:
+        self.plots[self._next_plot].redraw()
+        self._next_plot = (self._next_plot + 1) % len(self.plots)
+        if self._next_plot == 0:
+            self._redraw_header()
+
     def redraw(self) -> None:
-        """Timer tick: push changed buffers to their curves and refresh the header."""
+        """Push every plot's changed buffers to their curves and refresh the header."""
         for plot in self.plots:
             plot.redraw()
+        self._redraw_header()
+
+    def _redraw_header(self) -> None:
         if self._header_dirty or self.live.state in ("running", "starting"):
             self._render_header()
             self._header_dirty = False
