@@ -8,6 +8,7 @@ hostile text can only ever hurt that account's temp home.
 """
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import secrets
@@ -190,7 +191,8 @@ class SSHEnv:
         return SSHTarget(profile, SSHConnection(store.route(profile.name), **kwargs))
 
 
-def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path]) -> Path:
+def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path], *, sftp: bool = True) -> Path:
+    """A private sshd config; ``sftp=False`` leaves out the ``Subsystem sftp`` line (rental gateways, dropbear)."""
     config = root / f"sshd_{name}.conf"
     config.write_text("\n".join([
         f"Port {port}",
@@ -207,7 +209,7 @@ def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path]) -> Pat
         "MaxSessions 64",
         "MaxStartups 64",
         "LogLevel VERBOSE",
-        "Subsystem sftp internal-sftp",
+        *(["Subsystem sftp internal-sftp"] if sftp else []),
         "",
     ]))
     subprocess.run([SSHD, "-t", "-f", str(config)], check=True)
@@ -254,6 +256,19 @@ def _kill_processes_of(user: str) -> None:
         time.sleep(0.05)
 
 
+def _start_server(root: Path, name: str, keys: list[Path], *, sftp: bool = True) -> SSHServer:
+    """An sshd on a free port (retried: a port picked free can be taken before sshd binds it)."""
+    for _ in range(5):
+        port = _free_port()
+        server = SSHServer(name, port, _sshd_config(root, name, port, keys, sftp=sftp), root / f"sshd_{name}.log", keys)
+        try:
+            server.start()
+            return server
+        except RuntimeError:
+            server.stop()
+    raise RuntimeError(f"sshd {name} could not start: {server.log.read_text(errors='replace')}")
+
+
 @pytest.fixture(scope="session")
 def ssh_env():
     """Two sshd (target and jump host), client keys, and the account to log in to."""
@@ -269,19 +284,7 @@ def ssh_env():
     (root / "authorized_keys").chmod(0o644)
     server_keys = [_keygen(root / "host_ed25519"), _keygen(root / "host_ecdsa", "ecdsa")]
     jump_keys = [_keygen(root / "jump_ed25519")]
-    servers = []
-    for name, keys in (("target", server_keys), ("jump", jump_keys)):
-        for _ in range(5):  # a port picked free can be taken before sshd binds it
-            port = _free_port()
-            server = SSHServer(name, port, _sshd_config(root, name, port, keys), root / f"sshd_{name}.log", keys)
-            try:
-                server.start()
-                break
-            except RuntimeError:
-                server.stop()
-        else:
-            raise RuntimeError(f"sshd {name} could not start: {server.log.read_text(errors='replace')}")
-        servers.append(server)
+    servers = [_start_server(root, name, keys) for name, keys in (("target", server_keys), ("jump", jump_keys))]
     account = _make_account(root)
     env = SSHEnv(root, servers[0], servers[1], account, key_plain, key_locked, key_stranger)
     try:
@@ -295,6 +298,20 @@ def ssh_env():
             if removed.returncode != 0:
                 print(f"WARNING: could not remove the test account {account.user}: {removed.stderr}")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def no_sftp_env(ssh_env: SSHEnv):
+    """The SSH env with its target replaced by an sshd whose config has no ``Subsystem sftp`` line.
+
+    Same account, keys and jump host; ``server`` is the sshd without SFTP (``profile()`` and
+    ``target()`` point at it), ``extra["sftp_server"]`` the ordinary one.
+    """
+    server = _start_server(ssh_env.root, "nosftp", [_keygen(ssh_env.root / "nosftp_ed25519")], sftp=False)
+    try:
+        yield dataclasses.replace(ssh_env, server=server, extra={"sftp_server": ssh_env.server})
+    finally:
+        server.stop()
 
 
 @pytest.fixture
