@@ -1,5 +1,5 @@
 """Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``
-(and ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight).
+(and ``runs RUN_ROOT``, the run directories there; ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight).
 
 Each command prints JSON on stdout (``follow`` prints the framed stream of
 docs/PROTOCOL.md) and exits 0 on success, 2 when the request was refused.
@@ -14,6 +14,7 @@ import time
 from typing import List, Optional
 
 from .capabilities import MIN_TORCH
+from .scriptmode import SCRIPT_COMMAND
 
 
 def _print(obj: dict) -> None:
@@ -60,6 +61,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from .supervisor import start
 
     run_dir = os.path.abspath(args.run_dir)
+    if args.new:
+        refused = _create_run_dir(run_dir, sys.stdin.buffer.read())
+        if refused is not None:
+            return refused
     if not os.path.isdir(run_dir):
         return _refuse("run directory %s does not exist" % run_dir, "the client creates it and writes config.json")
     os.chmod(run_dir, 0o700)
@@ -85,6 +90,54 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_run_dir(run_dir: str, config: bytes) -> Optional[int]:
+    """``launch --new``: make RUN_DIR (0700) and its config.json from stdin, or refuse when it exists.
+
+    mkdir is atomic, on NFS too: of two clients that chose the same directory in a run
+    root they share, one creates it and the other is refused; no config is overwritten.
+    """
+    from .status import CONFIG, atomic_write
+
+    os.makedirs(os.path.dirname(run_dir), mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(run_dir, 0o700)
+    except FileExistsError:
+        return _refuse("run directory %s already exists: another launch chose the same run id" % run_dir,
+                       "launch again (a new run id is chosen); to start an ended run again, use rerun")
+    atomic_write(os.path.join(run_dir, CONFIG), config, 0o600)
+    return None
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """Every run directory under RUN_ROOT/runs: its path, config, reconciled status and spool sizes."""
+    from .metrics import SPOOLS
+    from .status import CONFIG, this_host
+    from .supervisor import reconcile
+
+    runs_dir = os.path.join(os.path.abspath(args.run_root), "runs")
+    try:
+        names = sorted(os.listdir(runs_dir))
+    except FileNotFoundError:
+        names = []
+    runs = []
+    for name in names:
+        run_dir = os.path.join(runs_dir, name)
+        entry = {"run_dir": run_dir}  # type: dict
+        try:
+            with open(os.path.join(run_dir, CONFIG), encoding="utf-8") as fh:
+                entry["config"] = json.load(fh)
+        except (OSError, ValueError) as exc:
+            entry["error"] = "no readable config.json: %s" % exc
+        else:
+            entry["status"] = reconcile(run_dir)
+            entry["sizes"] = {spool: os.path.getsize(os.path.join(run_dir, spool)) for spool in SPOOLS
+                              if os.path.isfile(os.path.join(run_dir, spool))}
+        if os.path.isdir(run_dir):
+            runs.append(entry)
+    _print({"ok": True, "host": this_host(), "runs_dir": runs_dir, "runs": runs})
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from .supervisor import reconcile
 
@@ -98,14 +151,29 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from . import proctree
     from .config import load_config
-    from .metrics import append_event
-    from .status import CONFIG, FINAL_STATES, write_status
-    from .supervisor import reconcile, supervisor_pid
+    from .status import CONFIG, FINAL_STATES, runs_elsewhere, this_host
+    from .supervisor import reconcile, record_end, supervisor_pid
 
     run_dir = os.path.abspath(args.run_dir)
+    if not os.path.isdir(run_dir):
+        return _refuse("no run in %s: the directory is gone" % run_dir, "", failure="run_dir_missing")
     status = reconcile(run_dir)
-    if status is None:
-        return _refuse("no run in %s" % run_dir)
+    if status is None and supervisor_pid(run_dir) is None:
+        # A launch that never started its supervisor (the client went away mid-launch): nothing runs.
+        status = record_end(run_dir, "stopped", message="stopped before its launch had finished", hint="")
+        _print(dict(status, ok=True, remaining_pids=[]))
+        return 0
+    status = status or {}
+    elsewhere = runs_elsewhere(status)
+    if elsewhere and status.get("state") in FINAL_STATES:
+        _print(dict(status, ok=True, remaining_pids=[]))  # ended there; nothing here is the run's
+        return 0
+    if elsewhere:
+        # A run root shared by several machines: the pids in status.json are that machine's, not ours.
+        return _refuse("run %s runs on host %s, not on this host (%s): its processes are not signalled from here"
+                       % (run_dir, elsewhere, this_host()),
+                       "stop it through the host profile of %s (the directory is shared between the hosts)"
+                       % elsewhere, host=elsewhere)
     try:
         grace = load_config(os.path.join(run_dir, CONFIG)).stop_grace_s
     except Exception:
@@ -122,8 +190,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         proctree.terminate(proctree.run_processes(run_dir, pids), grace)
     status = reconcile(run_dir) or {}
     if status.get("state") not in FINAL_STATES:
-        append_event(run_dir, "stopped")
-        status = write_status(run_dir, state="stopped", ended_at=time.time(), message="stopped on request", hint="")
+        status = record_end(run_dir, "stopped", message="stopped on request", hint="")
     left = proctree.run_processes(run_dir, roots)
     _print(dict(status, ok=not left, remaining_pids=left))
     return 0 if not left else 1
@@ -173,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("run_dir")
         p.set_defaults(func=func)
+        if name == "launch":
+            p.add_argument("--new", action="store_true",
+                           help="create RUN_DIR (refused when it exists) with the config.json read from stdin")
+    p = sub.add_parser("runs", help="list the run directories under RUN_ROOT/runs with config and status")
+    p.add_argument("run_root")
+    p.set_defaults(func=cmd_runs)
     p = sub.add_parser("follow", help="stream new spool records from byte offsets until the run ends")
     p.add_argument("run_dir")
     p.add_argument("--from", dest="offsets", default=None, help='JSON offsets, e.g. {"metrics.jsonl": 812}')
@@ -197,8 +270,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [SCRIPT_COMMAND] and len(argv) > 1:
+        # Each rank of a script-mode run: ``_script ENTRY ARGS...``. Not argparse: the script's
+        # arguments are its own, whatever they look like (--help included).
+        from .scriptmode import run_script_and_exit
+
+        run_script_and_exit(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except OSError as exc:
+        # The host refused a file operation (a full disk, a directory removed under us): our own message as JSON
+        # instead of a traceback the client would have to guess from.
+        from .failures import os_error_text
+
+        error, hint = os_error_text(exc)
+        return _refuse(error, hint, failure="disk_full" if exc.errno in (28, 122) else "os_error")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ from typing import List, Optional
 from . import proctree
 from .config import RunConfig, load_config
 from .failures import ATTEMPT_MARKER, diagnose
-from .metrics import METRICS, STDERR, STDOUT, append_event
-from .status import CONFIG, FINAL_STATES, read_status, write_status
+from .metrics import EVENTS, FINAL_EVENTS, METRICS, STDERR, STDOUT, append_event, last_record
+from .scriptmode import SCRIPT_COMMAND
+from .status import (CONFIG, FINAL_STATES, read_status, release_reserve, reserve_space, runs_elsewhere, this_host,
+                     write_status)
 
 #: How many times a run whose rendezvous port was taken between our check and
 #: torchrun's bind is retried on a new port.
@@ -73,7 +75,8 @@ def endpoint_port(endpoint: str) -> int:
 def start(run_dir: str) -> int:
     """Start the supervisor for ``run_dir`` detached from the caller; returns its pid."""
     # Written before the supervisor exists: it then only adds to it, so no update is lost.
-    write_status(run_dir, state="starting", started_at=time.time())
+    write_status(run_dir, state="starting", started_at=time.time(), host=this_host())
+    reserve_space(run_dir)  # room for the run's last events and status should its disk fill up
     log = open(os.path.join(run_dir, "supervisor.log"), "ab")
     try:
         proc = subprocess.Popen(self_command() + ["_supervise", run_dir], cwd=run_dir, env=runner_env(),
@@ -117,14 +120,16 @@ class Supervisor:
             argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", cfg.rdzv_endpoint or "127.0.0.1:%d" % port]
         argv += ["--rdzv-id", cfg.run_id or "ddpgui", "--max-restarts", "0", "--monitor-interval", "0.5"]
         if cfg.mode == "script":
+            # The user's script runs under our entry (as runpy does), which leaves the way _train does.
             script = cfg.script
-            return argv + [os.path.join(script.dir, script.entry)] + list(script.args)
+            return argv + self_command()[1:] + [SCRIPT_COMMAND, os.path.join(script.dir, script.entry)] + \
+                list(script.args)
         return argv + self_command()[1:] + ["_train", self.run_dir]
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, self._on_sigterm)
-        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), host=socket.gethostname())
+        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), host=this_host())
         append_event(self.run_dir, "started", pid=os.getpid(), world_size=self.config.world_size,
                      nnodes=self.config.nnodes, node_rank=self.config.node_rank)
         sampler = self._start_telemetry()
@@ -245,21 +250,47 @@ class Supervisor:
             proctree.terminate(pids, self.config.stop_grace_s)
 
     def _record_outcome(self, rc: Optional[int]) -> None:
-        # The event goes first: a follower stops reading once status.json is final.
-        now = time.time()
         if self.stopping.is_set():
-            append_event(self.run_dir, "stopped", exit_code=rc)
-            write_status(self.run_dir, state="stopped", exit_code=rc, ended_at=now,
-                         message="stopped on request", hint="")
+            record_end(self.run_dir, "stopped", exit_code=rc, message="stopped on request", hint="")
         elif rc == 0:
-            append_event(self.run_dir, "finished", exit_code=0)
-            write_status(self.run_dir, state="finished", exit_code=0, ended_at=now, message="", hint="")
+            record_end(self.run_dir, "finished", exit_code=0, message="", hint="")
         else:
             diagnosis = diagnose(self.run_dir, rc)
-            append_event(self.run_dir, "failed", exit_code=rc, failure=diagnosis.kind, message=diagnosis.message,
-                         hint=diagnosis.hint, rank=diagnosis.rank)
-            write_status(self.run_dir, state="failed", exit_code=rc, ended_at=now, failure=diagnosis.kind,
-                         message=diagnosis.message, hint=diagnosis.hint, failed_rank=diagnosis.rank)
+            record_end(self.run_dir, "failed", exit_code=rc, failure=diagnosis.kind, message=diagnosis.message,
+                       hint=diagnosis.hint, failed_rank=diagnosis.rank)
+
+
+def record_end(run_dir: str, state: str, **fields: object) -> dict:
+    """Record the run's end: its final event, then status.json (``ended_at`` added); returns the status.
+
+    The event goes first (a follower stops reading once status.json is final) and
+    is written once however often this is called.  When even status.json cannot be
+    written (the disk is full past the reserve), the event alone records the end:
+    :func:`reconcile` reads it from there.  Raises OSError only when neither could
+    be written.
+    """
+    fields.setdefault("ended_at", time.time())
+    event = {("rank" if k == "failed_rank" else k): v for k, v in fields.items() if k != "ended_at"}
+    problem = None
+    try:
+        append_event(run_dir, state, **event)
+    except OSError as exc:
+        problem = exc
+    try:
+        status = write_status(run_dir, state=state, **fields)
+    except OSError:
+        if problem is not None:
+            raise
+        status = dict(read_status(run_dir) or {}, state=state, **fields)
+    release_reserve(run_dir)  # the run has ended: its reserve is no longer needed
+    return status
+
+
+def status_of_end_event(event: dict) -> dict:
+    """The status fields of a run's final event (``metrics.FINAL_EVENTS``)."""
+    return {"state": event["event"], "ended_at": event.get("t"), "exit_code": event.get("exit_code"),
+            "failure": event.get("failure"), "message": event.get("message") or "", "hint": event.get("hint") or "",
+            "failed_rank": event.get("rank")}
 
 
 def supervise(run_dir: str) -> int:
@@ -267,28 +298,46 @@ def supervise(run_dir: str) -> int:
     try:
         supervisor = Supervisor(run_dir)
     except Exception as exc:  # a config that changed under us, a torch that vanished: still record why
-        append_event(run_dir, "failed", message=str(exc))
-        write_status(run_dir, state="failed", ended_at=time.time(), message=str(exc),
-                     hint="check the run's config.json and the host's Python environment")
+        record_end(run_dir, "failed", message=str(exc),
+                   hint="check the run's config.json and the host's Python environment")
         return 1
     return supervisor.run()
 
 
 def reconcile(run_dir: str) -> Optional[dict]:
-    """The run's status, corrected when its supervisor died without recording an outcome."""
+    """The run's status, corrected when its supervisor died without recording an outcome.
+
+    A run whose status names another host (a run root shared by several machines) is
+    that host's to judge: its pid means nothing here, so its status is returned as it is.
+    """
     from .status import pid_alive
 
     status = read_status(run_dir)
-    if status is None or status.get("state") in FINAL_STATES:
+    if status is None or status.get("state") in FINAL_STATES or runs_elsewhere(status):
         return status
     if pid_alive(supervisor_pid(run_dir, status)):
         return status
     # Re-read: the supervisor may have finished between our two looks.
-    status = read_status(run_dir)
+    status = read_status(run_dir) or status
     if status.get("state") in FINAL_STATES:
         return status
-    message = "the run's supervisor is gone without recording an outcome (host rebooted, or the process was killed)"
-    append_event(run_dir, "failed", message=message)
-    return write_status(run_dir, state="failed", ended_at=time.time(), failure="supervisor_lost", message=message,
-                        hint="look at stderr.log and supervisor.log in the run directory; rerun the experiment")
+    last = last_record(os.path.join(run_dir, EVENTS)) or {}
+    if last.get("event") in FINAL_EVENTS:
+        # The supervisor recorded its end in the events but could not replace status.json (a full disk).
+        end = status_of_end_event(last)
+    else:
+        diagnosis = diagnose(run_dir, None)
+        if diagnosis.kind == "disk_full":
+            end = {"state": "failed", "failure": diagnosis.kind, "message": diagnosis.message, "hint": diagnosis.hint,
+                   "failed_rank": diagnosis.rank}
+        else:
+            end = {"state": "failed", "failure": "supervisor_lost",
+                   "message": "the run's supervisor is gone without recording an outcome (host rebooted, or the "
+                              "process was killed)",
+                   "hint": "look at stderr.log and supervisor.log in the run directory; rerun the experiment"}
+    state = end.pop("state")
+    try:
+        return record_end(run_dir, state, **end)
+    except OSError:  # nothing can be written there: still say how the run ended
+        return dict(status, state=state, **end)
 

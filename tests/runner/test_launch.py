@@ -1,4 +1,5 @@
 """launch / status / stop / follow end to end: real supervisor, real torchrun with gloo on CPU."""
+import dataclasses
 import json
 import os
 import socket
@@ -141,8 +142,11 @@ def test_bad_config_is_refused_before_anything_starts(target):
 def test_launching_twice_is_refused(target):
     cfg = make_config({"workload": "linear", "steps": 3})
     run_dir = start_run(target, cfg).run_dir
-    with pytest.raises(TargetError, match="already launched"):
-        target.launch(cfg)
+    written = open(os.path.join(run_dir, "config.json"), "rb").read()
+    with pytest.raises(TargetError, match="already exists: another launch chose the same run id") as info:
+        target.launch(dataclasses.replace(cfg, steps=5))
+    assert "rerun" in info.value.hint
+    assert open(os.path.join(run_dir, "config.json"), "rb").read() == written  # not overwritten
     _follow_all(target, run_dir)
 
 

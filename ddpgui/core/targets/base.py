@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from remote_runner.config import RunConfig
-from remote_runner.status import CONFIG
 
 from ..package import RunnerPackage
 from ..protocol import End, FollowDecoder, Message
@@ -41,7 +41,12 @@ class CommandResult:
 
 
 class TargetError(RuntimeError):
-    """Something a host could not do; ``hint`` says what the user can do about it."""
+    """Something a host could not do; ``hint`` says what the user can do about it.
+
+    ``failure`` is the runner's own word for it when it gave one (``disk_full``, ``run_dir_missing``, ...).
+    """
+
+    failure: str | None = None
 
     def __init__(self, message: str, hint: str = "", field: str | None = None):
         super().__init__(message)
@@ -165,6 +170,8 @@ class Target(ABC):
     def python_error(self, result: CommandResult) -> TargetError:
         """What went wrong when the profile's Python did not give the expected output."""
         err = result.stderr.decode("utf-8", "replace").strip()
+        if "Traceback (most recent call last)" in err:  # the interpreter ran: the runner itself failed
+            return self._runner_crash(err)
         if result.rc == 127 or "No such file" in err or "not found" in err:
             return TargetError(f"Python {self.python!r} was not found on {self.name}",
                                "set the host profile's python to an interpreter that exists there, e.g. "
@@ -172,32 +179,57 @@ class Target(ABC):
         return TargetError(f"{self.python} failed on {self.name} (exit {result.rc}): {err[-500:]}",
                            "is it a Python 3 interpreter?", field="python")
 
-    def _runner_json(self, *args: str, timeout: float | None = 60.0) -> dict:
-        result = self.exec(self.runner(*args), timeout=timeout)
+    def _runner_crash(self, err: str) -> TargetError:
+        """The runner's own error, from the last line of its traceback (a full disk said as such)."""
+        last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "")
+        if "[Errno 28]" in last or "No space left on device" in last or "[Errno 122]" in last:
+            path = re.search(r": '([^']+)'\s*$", last)
+            found = TargetError(f"the host's disk is full ({path.group(1) if path else 'the run root'}): the runner "
+                                f"on {self.name} could not write ({last})",
+                                "free space on the host (df -h shows which disk is full) or put runs on a larger disk")
+            found.failure = "disk_full"
+            return found
+        return TargetError(f"the runner failed on {self.name}: {last[-500:]}",
+                           "check the host's run root (free space, permissions); if both are fine, this is a bug "
+                           "of the runner: report this message")
+
+    def _runner_json(self, *args: str, timeout: float | None = 60.0, stdin: bytes | None = None) -> dict:
+        result = self.exec(self.runner(*args), stdin=stdin, timeout=timeout)
         try:
             reply = result.json()
         except (ValueError, IndexError):
             raise self.python_error(result) from None
         if not reply.get("ok", True):
-            raise TargetError(reply.get("error", "the runner refused"), reply.get("hint", ""), reply.get("field"))
+            refused = TargetError(reply.get("error", "the runner refused"), reply.get("hint", ""), reply.get("field"))
+            refused.failure = reply.get("failure")
+            raise refused
         return reply
 
     def probe(self) -> dict:
         """What the host has (GPUs, driver, torch, NCCL, compile support) and its problems, with hints."""
         return self._runner_json("probe", "--run-root", self.run_root(), timeout=120)
 
-    def run_dir(self, run_id: str) -> str:
+    def run_dir(self, run_id: str, node: int | None = None) -> str:
+        """``<run root>/runs/<run id>`` for a one-node run; ``<run id>.node<k>`` for node k of a multi-node run,
+        so that nodes whose hosts share one run root (an NFS home) each have their own directory."""
         if not run_id or "/" in run_id or run_id.startswith("."):
             raise TargetError(f"invalid run id {run_id!r}")
-        return posixpath.join(self.run_root(), "runs", run_id)
+        return posixpath.join(self.run_root(), "runs", run_id if node is None else f"{run_id}.node{node}")
 
     def launch(self, config: RunConfig) -> LaunchResult:
-        """Create the run directory (0700), write config.json and start the run detached."""
-        run_dir = self.run_dir(config.run_id)
-        self.makedirs(run_dir, 0o700)
-        self.write_file(posixpath.join(run_dir, CONFIG), config.to_json().encode(), 0o600)
-        reply = self._runner_json("launch", run_dir)
+        """Create the run directory (0700) with its config.json and start the run detached.
+
+        The runner creates the directory itself and refuses one that exists, so two clients
+        (or two hosts sharing a run root) can never overwrite each other's run.
+        """
+        run_dir = self.run_dir(config.run_id, config.node_rank if config.nnodes > 1 else None)
+        reply = self._runner_json("launch", run_dir, "--new", stdin=config.to_json().encode())
         return LaunchResult(run_dir=reply["run_dir"], pid=int(reply["pid"]), uploaded_bytes=0)
+
+    def list_runs(self) -> dict:
+        """The run directories under the run root, each with its config, status and spool sizes
+        (the runner's ``runs``; docs/PROTOCOL.md)."""
+        return self._runner_json("runs", self.run_root(), timeout=120)
 
     def status(self, run_dir: str) -> dict:
         return self._runner_json("status", run_dir)
