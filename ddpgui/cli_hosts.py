@@ -19,6 +19,7 @@ from .core.package import build_runner
 from .core.targets.base import Target, TargetError
 from .core.targets.factory import check_python, open_target
 from .core.targets.ssh import SSHTarget, SecretRequest
+from .core.targets.ssh_files import NO_SFTP_NOTE
 
 
 def add_host_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -130,8 +131,24 @@ def _read_secret(profile: HostProfile, from_stdin: bool) -> str | None:
     return getpass.getpass(f"{what.capitalize()} for {profile.name} (stored in the keyring; empty: ask each time): ") or None
 
 
+def _check_keyring(profile: HostProfile, from_stdin: bool) -> bool:
+    """Whether a secret can be stored for ``profile``; with ``--secret-stdin`` and no keyring, refuse
+    (there is no one to ask later); on a terminal, say the secret will be asked for each time."""
+    problem = secrets.storage_problem() if profile.secret_kind else None
+    if problem is None:
+        return True
+    if from_stdin:
+        raise secrets.SecretsUnavailable(
+            f"the {profile.secret_kind} of {profile.name} cannot be stored: {problem.args[0]}",
+            f"{secrets.INSTALL_HINT}; or leave out --secret-stdin: ddpgui then asks for the {profile.secret_kind} "
+            "each time it connects", no_backend=True)
+    print(f"{problem.args[0]}: the {profile.secret_kind} of {profile.name} will be asked for each time ddpgui "
+          f"connects (hint: {secrets.INSTALL_HINT})")
+    return False
+
+
 def _store_secret(profile: HostProfile, from_stdin: bool) -> None:
-    if profile.secret_kind is None:
+    if profile.secret_kind is None or not _check_keyring(profile, from_stdin):
         return
     value = _read_secret(profile, from_stdin)
     if value is None:
@@ -165,6 +182,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     """Add a profile; ask for its password/passphrase when its authentication needs one."""
     store = HostStore()
     profile = HostProfile(name=args.name, **_changes(args))
+    if args.secret_stdin:
+        _check_keyring(profile, from_stdin=True)  # refuse before adding: nothing half done
     store.add(profile)
     print(f"added {profile.name}")
     _store_secret(profile, args.secret_stdin)
@@ -176,6 +195,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     store = HostStore()
     old = store.get(args.name)
     profile = dataclasses.replace(old, **_changes(args))
+    if args.secret_stdin and (args.set_secret or (profile.secret_kind and profile.secret_kind != old.secret_kind)):
+        _check_keyring(profile, from_stdin=True)  # refuse before changing: nothing half done
     store.update(profile)
     if args.rename:
         store.rename(profile.name, args.rename)
@@ -248,6 +269,7 @@ def cmd_test(args: argparse.Namespace) -> int:
             target.exec(["true"], timeout=30)
             route = " → ".join(hop.label for hop in store.route(profile.name))
             print(f"connected: {route} (login: {target.connection.auth_used})")
+            print(f"file transfers: {'SFTP' if target.connection.check_sftp() else NO_SFTP_NOTE}")
         check = check_python(target)
     print(f"python: {check.executable} ({check.python})")
     print(f"torch: {check.torch or 'not installed'}")
@@ -298,6 +320,7 @@ def format_probe(report: dict, name: str) -> str:
         lines.append(f"torch: not usable ({report.get('torch_import_error') or 'not installed'})")
     lines.append(f"torch.compile: {'possible' if compile_.get('possible') else 'not possible'} on "
                  f"{compile_.get('device', '?')} (C compiler: {compile_.get('c_compiler') or 'none'})")
+    lines.extend(f"Note: {note}" for note in report.get("notes") or [])
     problems = report.get("problems") or []
     lines.append(f"Problems: {len(problems) or 'none'}")
     for problem in problems:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import paramiko
 
+from .filelock import locked
 from .paths import config_dir
 from .targets.base import TargetError
 
@@ -172,12 +174,19 @@ class KnownHosts:
         self.add(host, port, key)
 
     def add(self, host: str, port: int, key: paramiko.PKey) -> None:
-        """Append ``[host]:port type key`` to the app's known-hosts file."""
-        self.app_file.parent.mkdir(parents=True, exist_ok=True)
+        """Append ``[host]:port type key`` to the app's known-hosts file (once, under its lock: other
+        ddpgui processes may accept keys at the same time)."""
         line = f"{known_hosts_name(host, port)} {key.get_name()} {key.get_base64()}\n"
-        with open(self.app_file, "a", encoding="utf-8") as fh:
-            fh.write(line)
-        self.app_file.chmod(0o600)
+        with locked(self.app_file):
+            try:
+                text = self.app_file.read_text(encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                text = ""
+            if line not in text.splitlines(True):
+                fd = os.open(self.app_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                    fh.write(("\n" if text and not text.endswith("\n") else "") + line)
+            self.app_file.chmod(0o600)
 
 
 def _changed_warning(name: str, key: paramiko.PKey, entry: KnownKey) -> str:

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from remote_runner.status import atomic_write
 
 from . import secrets
+from .filelock import locked
+# The key-file names stay importable from here (targets.ssh and older code import them from hosts).
+from .keyfiles import KeyFileError, KeyNeedsPassphrase, WrongPassphrase, key_is_encrypted, load_private_key  # noqa: F401
 from .paths import config_dir
 
 SCHEMA_VERSION = 1
@@ -141,18 +142,63 @@ class HostProfile:
 
     @classmethod
     def from_json(cls, data: object) -> HostProfile:
+        """A profile from its JSON object; a :class:`HostError` names the field at fault."""
         if not isinstance(data, dict):
-            raise HostError("hosts", f"each host must be an object, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+            raise HostError("hosts", f"each host must be an object, got {_shown(data)}")
+        unknown = sorted(set(data) - set(_FIELD_TYPES))
         if unknown:
-            raise HostError(unknown[0], f"unknown field in host {data.get('name')!r}")
+            raise HostError(unknown[0], "unknown field (this version of ddpgui knows "
+                                        f"{', '.join(_FIELD_TYPES)})")
         if "name" not in data:
             raise HostError("name", "a host has no name")
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise HostError("hosts", str(exc)) from exc
+        for name, value in data.items():
+            kind, ok = _FIELD_TYPES[name]
+            if not ok(value):
+                raise HostError(name, f"must be {kind} (got {_shown(value)})")
+        return cls(**data)
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, (int, float, str, list, dict, type(None))) \
+        else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: The JSON type of each profile field: (what the message calls it, the check).
+_FIELD_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "name": ("a string", _is_str), "hostname": ("a string", _is_str), "port": ("an integer", _is_int),
+    "user": ("a string", _is_str), "auth": ("a string", _is_str),
+    "key_file": ("a string or null", lambda v: v is None or _is_str(v)),
+    "proxy_jump": ("a list of strings", lambda v: isinstance(v, list) and all(map(_is_str, v))),
+    "python": ("a string", _is_str), "run_root": ("a string", _is_str),
+    "price_per_hour": ("a number or null", lambda v: v is None or (isinstance(v, (int, float))
+                                                                   and not isinstance(v, bool))),
+    "notes": ("a string", _is_str),
+    "nccl_env": ("an object of strings", lambda v: isinstance(v, dict) and all(map(_is_str, v.values()))),
+    "rdzv_address": ("a string or null", lambda v: v is None or _is_str(v)),
+}
+
+
+class HostsFileError(HostError):
+    """The hosts file cannot be used as it is: the message names the file, and the host and field at fault."""
+
+    def __init__(self, path: Path, message: str, host: str | None = None, field_name: str = "hosts",
+                 hint: str = ""):
+        super().__init__(field_name, message, hint or f"fix {path} by hand, or move it aside (for example to "
+                                                      f"{path.name}.broken) to start over with no host profiles")
+        where = f"hosts file {path}" + (f": host {host}" if host else "")
+        where += f", field \"{field_name}\"" if host and field_name != "hosts" else ""
+        self.args = (f"{where}: {message}",)
+        self.path = path
+        self.host = host
 
 
 def _check(ok: bool, field_name: str, message: str) -> None:
@@ -212,23 +258,48 @@ class HostStore:
 
     # ---- reading ---------------------------------------------------------------------------
     def reload(self) -> None:
+        """Read the file again; a :class:`HostsFileError` says what is wrong where (the file is not touched)."""
         profiles = {LOCAL: local_profile()}
-        if self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise HostError("hosts", f"{self.path} is not valid JSON: {exc}",
-                                "fix the file by hand or move it away to start over") from exc
-            if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
-                raise HostError("schema", f"{self.path} has schema {data.get('schema') if isinstance(data, dict) else None!r},"
-                                          f" this version reads {SCHEMA_VERSION}",
-                                "upgrade ddpgui, or move the file away to start over")
-            for item in data.get("hosts", []):
-                profile = HostProfile.from_json(item)
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HostsFileError(self.path, f"cannot be read ({exc})") from exc
+        if text is not None:
+            for profile in self._parse(text):
                 if profile.name in profiles and not profile.is_local:
-                    raise HostError("name", f"{self.path} has two hosts named {profile.name!r}")
+                    raise HostsFileError(self.path, f"two hosts are named {profile.name!r}", field_name="name")
                 profiles[profile.name] = profile
         self._profiles = profiles
+
+    def _parse(self, text: str) -> list[HostProfile]:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise HostsFileError(self.path, f"is not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise HostsFileError(self.path, f'must be a JSON object with "schema" and "hosts", got {_shown(data)}')
+        if data.get("schema") != SCHEMA_VERSION:
+            raise HostsFileError(self.path, f"has schema {_shown(data.get('schema'))}, this version of ddpgui "
+                                            f"reads schema {SCHEMA_VERSION}", field_name="schema",
+                                 hint="update ddpgui if a newer one wrote the file, or move it aside to "
+                                      "start over with no host profiles")
+        items = data.get("hosts", [])
+        if not isinstance(items, list):
+            raise HostsFileError(self.path, f'"hosts" must be a list of host objects, got {_shown(items)}')
+        profiles = []
+        for number, item in enumerate(items, 1):
+            name = item.get("name") if isinstance(item, dict) else None
+            host = f'"{name}"' if isinstance(name, str) and name else f"#{number}"
+            if not isinstance(item, dict):
+                raise HostsFileError(self.path, f"must be an object, got {_shown(item)}", host=host)
+            try:
+                profiles.append(HostProfile.from_json(item))
+            except HostError as exc:
+                message = str(exc).removeprefix(f"{exc.field}: ")
+                raise HostsFileError(self.path, message, host=host, field_name=exc.field) from exc
+        return profiles
 
     def names(self) -> list[str]:
         """``local`` first, then the others in alphabetical order."""
@@ -265,67 +336,75 @@ class HostStore:
         return hops + [_hop_of(profile)]
 
     # ---- changing --------------------------------------------------------------------------
+    @contextmanager
+    def _change(self) -> Iterator[None]:
+        """A locked read-modify-write: the file read again under its lock, the change, an atomic save.
+
+        Other processes (the app, CLI commands) change the same file; without the lock one of two
+        concurrent changes would be lost.  A change that raises saves nothing and leaves the file's state.
+        """
+        with locked(self.path):
+            self.reload()
+            try:
+                yield
+            except BaseException:
+                self.reload()
+                raise
+            self._save_unlocked()
+
     def add(self, profile: HostProfile) -> None:
         profile.validate()
-        if profile.name in self._profiles:
-            raise HostError("name", f"a host named {profile.name!r} exists already")
-        self._profiles[profile.name] = profile
-        try:
+        with self._change():
+            if profile.name in self._profiles:
+                raise HostError("name", f"a host named {profile.name!r} exists already")
+            self._profiles[profile.name] = profile
             self._check_routes(profile.name)
-        except HostError:
-            del self._profiles[profile.name]
-            raise
-        self.save()
 
     def update(self, profile: HostProfile) -> None:
         """Replace the profile of the same name (``local``: only python, run_root, price and notes)."""
         profile.validate()
-        old = self.get(profile.name)
         if profile.is_local:
             fixed = {f: getattr(local_profile(), f) for f in ("hostname", "port", "user", "auth", "key_file",
                                                                "proxy_jump")}
             if any(getattr(profile, f) != v for f, v in fixed.items()):
                 raise HostError("name", f"{LOCAL_DISPLAY_NAME} is not reached over SSH: only its python, run root, "
                                         "price and notes can be changed")
-        self._profiles[profile.name] = profile
-        try:
+        with self._change():
+            old = self.get(profile.name)
+            self._profiles[profile.name] = profile
             self._check_routes(profile.name)
-        except HostError:
-            self._profiles[profile.name] = old
-            raise
-        if old.secret_kind and old.secret_kind != profile.secret_kind:
-            _keyring(secrets.delete_secret, profile.name, old.secret_kind)
-        self.save()
+            if old.secret_kind and old.secret_kind != profile.secret_kind:
+                _keyring(secrets.delete_secret, profile.name, old.secret_kind)
 
     def rename(self, old: str, new: str) -> None:
         """Rename a profile, its keyring secrets and every jump-host reference to it."""
-        profile = self.get(old)
-        if profile.is_local:
-            raise HostError("name", f"{LOCAL_DISPLAY_NAME} cannot be renamed")
-        if new in self._profiles:
-            raise HostError("name", f"a host named {new!r} exists already")
-        renamed = dataclasses.replace(profile, name=new)
-        _keyring(secrets.move_secrets, old, new)
-        del self._profiles[old]
-        self._profiles[new] = renamed
-        for name, other in list(self._profiles.items()):
-            if old in other.proxy_jump:
-                self._profiles[name] = dataclasses.replace(
-                    other, proxy_jump=[new if h == old else h for h in other.proxy_jump])
-        self.save()
+        with self._change():
+            profile = self.get(old)
+            if profile.is_local:
+                raise HostError("name", f"{LOCAL_DISPLAY_NAME} cannot be renamed")
+            if new in self._profiles:
+                raise HostError("name", f"a host named {new!r} exists already")
+            renamed = dataclasses.replace(profile, name=new)
+            _keyring(secrets.move_secrets, old, new)
+            del self._profiles[old]
+            self._profiles[new] = renamed
+            for name, other in list(self._profiles.items()):
+                if old in other.proxy_jump:
+                    self._profiles[name] = dataclasses.replace(
+                        other, proxy_jump=[new if h == old else h for h in other.proxy_jump])
 
     def remove(self, name: str) -> None:
         """Remove a profile and delete its keyring secrets."""
-        profile = self.get(name)
-        if profile.is_local:
-            raise HostError("name", f"{LOCAL_DISPLAY_NAME} cannot be removed")
-        users = sorted(n for n, p in self._profiles.items() if name in p.proxy_jump)
-        if users:
-            raise HostError("name", f"{name!r} is the jump host of {', '.join(users)}",
-                            "change their proxy_jump first")
-        _keyring(secrets.delete_all, name)
-        del self._profiles[name]
-        self.save()
+        with self._change():
+            profile = self.get(name)
+            if profile.is_local:
+                raise HostError("name", f"{LOCAL_DISPLAY_NAME} cannot be removed")
+            users = sorted(n for n, p in self._profiles.items() if name in p.proxy_jump)
+            if users:
+                raise HostError("name", f"{name!r} is the jump host of {', '.join(users)}",
+                                "change their proxy_jump first")
+            _keyring(secrets.delete_all, name)
+            del self._profiles[name]
 
     def _check_routes(self, name: str) -> None:
         for other in self._profiles:
@@ -333,6 +412,11 @@ class HostStore:
                 self.route(other)
 
     def save(self) -> None:
+        """Write the profiles as they are here, under the file's lock (changes use ``add``/``update``/...)."""
+        with locked(self.path):
+            self._save_unlocked()
+
+    def _save_unlocked(self) -> None:
         data = {"schema": SCHEMA_VERSION,
                 "hosts": [p.to_json() for p in self.profiles()]}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -345,34 +429,36 @@ class HostStore:
         path = Path(path).expanduser() if path else Path.home() / ".ssh" / "config"
         config = paramiko.SSHConfig.from_path(str(path))
         report = ImportReport()
-        for alias in sorted(config.get_hostnames()):
-            if any(c in alias for c in "*?!"):
-                report.skipped.append((alias, "a wildcard pattern, not one host; its settings apply to the "
-                                              "aliases it matches"))
-                continue
-            if alias in self._profiles:
-                report.skipped.append((alias, "a host profile with this name exists already"))
-                continue
-            options = config.lookup(alias)
-            if "proxycommand" in options:
-                report.skipped.append((alias, "uses ProxyCommand, which ddpgui does not run; use ProxyJump"))
-                continue
-            try:
-                profile = _profile_from_ssh(alias, options)
-            except HostError as exc:
-                report.skipped.append((alias, str(exc)))
-                continue
-            self._profiles[alias] = profile
-            report.added.append(alias)
-        for alias in list(report.added):
-            try:
-                self.route(alias)
-            except HostError as exc:
-                del self._profiles[alias]
-                report.added.remove(alias)
-                report.skipped.append((alias, str(exc)))
-        if report.added:
-            self.save()
+        with locked(self.path):
+            self.reload()
+            for alias in sorted(config.get_hostnames()):
+                if any(c in alias for c in "*?!"):
+                    report.skipped.append((alias, "a wildcard pattern, not one host; its settings apply to the "
+                                                  "aliases it matches"))
+                    continue
+                if alias in self._profiles:
+                    report.skipped.append((alias, "a host profile with this name exists already"))
+                    continue
+                options = config.lookup(alias)
+                if "proxycommand" in options:
+                    report.skipped.append((alias, "uses ProxyCommand, which ddpgui does not run; use ProxyJump"))
+                    continue
+                try:
+                    profile = _profile_from_ssh(alias, options)
+                except HostError as exc:
+                    report.skipped.append((alias, str(exc)))
+                    continue
+                self._profiles[alias] = profile
+                report.added.append(alias)
+            for alias in list(report.added):
+                try:
+                    self.route(alias)
+                except HostError as exc:
+                    del self._profiles[alias]
+                    report.added.remove(alias)
+                    report.skipped.append((alias, str(exc)))
+            if report.added:
+                self._save_unlocked()
         return report
 
 
@@ -400,64 +486,3 @@ def _profile_from_ssh(alias: str, options: paramiko.SSHConfigDict) -> HostProfil
     return HostProfile(name=alias, hostname=options.get("hostname", alias), port=port,
                        user=options.get("user", ""), auth=auth, key_file=key_file, proxy_jump=hops,
                        notes="imported from ~/.ssh/config")
-
-
-class KeyFileError(ValueError):
-    """A private key file that cannot be used: unreadable, encrypted without a passphrase, wrong passphrase."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"key file {path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-class KeyNeedsPassphrase(KeyFileError):
-    pass
-
-
-class WrongPassphrase(KeyFileError):
-    pass
-
-
-_PKEY_CLASSES = ((rsa.RSAPrivateKey, paramiko.RSAKey), (ed25519.Ed25519PrivateKey, paramiko.Ed25519Key),
-                 (ec.EllipticCurvePrivateKey, paramiko.ECDSAKey))
-
-
-def load_private_key(path: str, passphrase: str | None = None) -> paramiko.PKey:
-    """A private key from an OpenSSH or PEM file; raises :class:`KeyFileError` subclasses saying why not."""
-    full = os.path.expanduser(path)
-    try:
-        data = Path(full).read_bytes()
-    except OSError as exc:
-        raise KeyFileError(path, exc.strerror or str(exc)) from None
-    password = passphrase.encode() if passphrase else None
-    loader = (serialization.load_ssh_private_key if data.lstrip().startswith(b"-----BEGIN OPENSSH PRIVATE KEY")
-              else serialization.load_pem_private_key)
-    try:
-        loaded = loader(data, password)
-    except TypeError:
-        if password is None:
-            raise KeyNeedsPassphrase(path, "the key is protected by a passphrase") from None
-        password = None  # a passphrase was given for a key that has none: use the key as it is
-        loaded = loader(data, None)
-    except ValueError as exc:
-        if password is not None:
-            raise WrongPassphrase(path, "the passphrase does not open this key") from None
-        raise KeyFileError(path, f"not a private key OpenSSH or paramiko can read ({exc})") from None
-    except Exception as exc:  # unsupported key types (DSA is gone from paramiko) and other backend refusals
-        raise KeyFileError(path, f"cannot load this key ({type(exc).__name__}: {exc})") from None
-    for crypto_class, key_class in _PKEY_CLASSES:
-        if isinstance(loaded, crypto_class):
-            return key_class.from_private_key_file(full, password=password.decode() if password else None)
-    raise KeyFileError(path, f"unsupported key type {type(loaded).__name__}")
-
-
-def key_is_encrypted(key_file: str) -> bool:
-    """Whether a private key file needs a passphrase (False when it cannot be read at all)."""
-    try:
-        load_private_key(key_file)
-    except KeyNeedsPassphrase:
-        return True
-    except KeyFileError:
-        return False
-    return False

@@ -7,6 +7,9 @@ it deletes them.  Nothing here logs or returns a secret except :func:`get_secret
 from __future__ import annotations
 
 import keyring
+import keyring.backends.chainer
+import keyring.backends.fail
+import keyring.backends.null
 import keyring.errors
 
 SERVICE = "ddpgui"
@@ -14,7 +17,8 @@ PASSWORD = "password"
 PASSPHRASE = "passphrase"
 KINDS = (PASSWORD, PASSPHRASE)
 
-_INSTALL_HINT = ("install and unlock a keyring: on Linux a Secret Service such as GNOME Keyring or KeePassXC "
+_ASK_EACH_TIME = "or store nothing: ddpgui then asks for it each time it connects"
+INSTALL_HINT = ("install and unlock a keyring: on Linux a Secret Service such as GNOME Keyring or KeePassXC "
                  "(apt install gnome-keyring; pip install secretstorage), the Keychain on macOS, "
                  "the Credential Manager on Windows")
 
@@ -22,7 +26,7 @@ _INSTALL_HINT = ("install and unlock a keyring: on Linux a Secret Service such a
 class SecretsUnavailable(RuntimeError):
     """No usable keyring: ``hint`` says what to install or unlock."""
 
-    def __init__(self, message: str, hint: str = _INSTALL_HINT, no_backend: bool = False):
+    def __init__(self, message: str, hint: str = INSTALL_HINT, no_backend: bool = False):
         super().__init__(message)
         self.hint = hint
         #: True when there is no keyring at all (so nothing can have been stored either)
@@ -64,14 +68,39 @@ def get_secret(profile: str, kind: str) -> str | None:
         raise _unavailable(exc) from exc
 
 
+def storage_problem() -> SecretsUnavailable | None:
+    """Why no secret can be stored here (the null or fail backend, no backend at all), or None."""
+    backend = keyring.get_keyring()
+    none = (keyring.backends.null.Keyring, keyring.backends.fail.Keyring)
+    if isinstance(backend, none) or (isinstance(backend, keyring.backends.chainer.ChainerBackend)
+                                     and not [b for b in backend.backends if not isinstance(b, none)]):
+        return SecretsUnavailable(f"no keyring is available to store passwords and passphrases "
+                                  f"(the keyring backend is {backend_name()})",
+                                  f"{INSTALL_HINT}; {_ASK_EACH_TIME}", no_backend=True)
+    return None
+
+
+def require_storage() -> None:
+    """Raise :class:`SecretsUnavailable` when no secret can be stored (before asking the user for one)."""
+    problem = storage_problem()
+    if problem is not None:
+        raise problem
+
+
 def set_secret(profile: str, kind: str, value: str) -> None:
+    """Store a secret; raises :class:`SecretsUnavailable` unless the keyring really holds it afterwards."""
     if not value:
         raise ValueError("refusing to store an empty secret")
     user = _user(profile, kind)
+    require_storage()
     try:
         keyring.set_password(SERVICE, user, value)
+        kept = keyring.get_password(SERVICE, user) == value
     except Exception as exc:
         raise _unavailable(exc) from exc
+    if not kept:
+        raise SecretsUnavailable(f"the keyring ({backend_name()}) did not keep the {kind} of {profile}",
+                                 f"{INSTALL_HINT}; {_ASK_EACH_TIME}", no_backend=True)
 
 
 def delete_secret(profile: str, kind: str) -> bool:

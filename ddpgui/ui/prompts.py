@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
-from PySide6.QtWidgets import QDialog, QWidget
+from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
 from ddpgui.core import secrets
 from ddpgui.core.host_keys import HostKeyInfo
@@ -50,6 +50,17 @@ class Prompts(QObject):
     def close(self) -> None:
         self._closing.set()
 
+    def _say_not_remembered(self, exc: secrets.SecretsUnavailable) -> None:
+        box = QMessageBox(QMessageBox.Icon.Warning, "Not remembered",
+                          f"Not stored in the keyring: {exc.args[0]}.\nIt is used for this connection only and asked "
+                          "for again next time.",
+                          QMessageBox.StandardButton.Ok, self._window)
+        box.setObjectName("secret_not_remembered")
+        box.setInformativeText(exc.hint)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.dialog_opened.emit(box)
+        box.open()
+
     def _ask(self, kind: str, payload: object) -> object:
         question = _Question(kind, payload)
         self._asked.emit(question)
@@ -64,7 +75,8 @@ class Prompts(QObject):
             dialog = UnknownHostKeyDialog(question.payload, self._window)
         else:
             request: SecretRequest = question.payload
-            dialog = SecretDialog(request.prompt, self._window)
+            problem = secrets.storage_problem()
+            dialog = SecretDialog(request.prompt, self._window, keyring_problem=str(problem) if problem else None)
 
         def done(result: int) -> None:
             if question.kind == "host_key":
@@ -72,7 +84,10 @@ class Prompts(QObject):
             elif result == QDialog.DialogCode.Accepted and dialog.secret.text():
                 question.answer = dialog.secret.text()
                 if dialog.remember.isChecked():
-                    secrets.set_secret(question.payload.profile, question.payload.kind, question.answer)
+                    try:
+                        secrets.set_secret(question.payload.profile, question.payload.kind, question.answer)
+                    except secrets.SecretsUnavailable as exc:  # used for this login, not remembered
+                        self._say_not_remembered(exc)
             question.answered.set()
             self.current = None
             dialog.deleteLater()

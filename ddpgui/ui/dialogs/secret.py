@@ -5,7 +5,7 @@ from PySide6.QtWidgets import QCheckBox, QDialog, QDialogButtonBox, QLabel, QLin
 
 
 class SecretDialog(QDialog):
-    def __init__(self, prompt: str, parent=None):
+    def __init__(self, prompt: str, parent=None, keyring_problem: str | None = None):
         super().__init__(parent)
         self.setWindowTitle("Authentication")
         self.setObjectName("secret_dialog")
@@ -18,6 +18,10 @@ class SecretDialog(QDialog):
         layout.addWidget(self.secret)
         self.remember = QCheckBox("Remember in the system keyring")
         layout.addWidget(self.remember)
+        if keyring_problem:  # never offer to remember what cannot be stored
+            self.remember.setEnabled(False)
+            self.remember.setText("Cannot remember it: no keyring is available (it will be asked each time)")
+            self.remember.setToolTip(keyring_problem)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
