@@ -9,9 +9,9 @@ Every remote command is ``shlex.join(argv)``: user text is data, never shell.
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import posixpath
-import secrets as token
 import select
 import shlex
 import socket
@@ -27,6 +27,7 @@ from paramiko.auth_strategy import AuthSource, InMemoryPrivateKey, Password
 from .. import secrets
 from ..host_keys import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts, fingerprint
 from ..hosts import Hop, HostProfile, KeyFileError, KeyNeedsPassphrase, WrongPassphrase, load_private_key
+from . import ssh_files
 from .base import CommandResult, ConnectionLost, Stream, Target, TargetError
 
 CONNECT_TIMEOUT_S = 10.0
@@ -34,6 +35,8 @@ CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 5.0
 #: Unacknowledged data older than this breaks the TCP connection (Linux ``TCP_USER_TIMEOUT``).
 TCP_USER_TIMEOUT_S = 15.0
+log = logging.getLogger(__name__)
+
 RECONNECT_ATTEMPTS = 4
 BACKOFF_S = 0.5
 
@@ -52,6 +55,10 @@ AskSecret = Callable[[SecretRequest], str | None]
 
 class HostUnreachable(TargetError):
     """No SSH connection could be made (refused, timed out, unreachable); worth retrying later."""
+
+
+class SFTPUnavailable(TargetError):
+    """The host refused the SFTP subsystem while the connection stayed up (the file primitives fall back)."""
 
 
 class AuthenticationFailed(TargetError):
@@ -212,6 +219,8 @@ class SSHConnection:
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
         self._sftp_lock = threading.Lock()
+        #: whether the host offers SFTP: None until the first file primitive (or check_sftp) asks
+        self.sftp_offered: bool | None = None
         self._opened = False
         self._secrets: dict[tuple[str, str], str] = {}
 
@@ -439,13 +448,50 @@ class SSHConnection:
         return chan
 
     # ---- SFTP ------------------------------------------------------------------------------
-    def sftp_call(self, what: str, func: Callable[[paramiko.SFTPClient], object]) -> object:
-        """Run ``func(sftp)`` on the connection's one SFTP session; a dropped link raises ConnectionLost."""
-        with self._sftp_lock:
-            transport = self.transport()
+    def _open_sftp(self, transport: paramiko.Transport) -> paramiko.SFTPClient:
+        """The SFTP session; :class:`SFTPUnavailable` when the host refuses the subsystem but stays connected."""
+        try:
+            chan = transport.open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise self._lost(f"while opening a channel ({exc})") from None
+        try:
+            chan.invoke_subsystem("sftp")
+            return paramiko.SFTPClient(chan)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            chan.close()
+            # A refused subsystem closes only its channel ("Channel closed."); a dropped link closes them all.
+            if not (transport.is_active() and self.alive()):
+                raise self._lost(f"while opening SFTP ({exc or type(exc).__name__})") from None
+            if self.sftp_offered is not False:
+                log.info("%s offers no SFTP (%s): using exec-channel transfers", self.label, exc or type(exc).__name__)
+            self.sftp_offered = False
+            raise SFTPUnavailable(f"{self.label} offers no SFTP subsystem",
+                                  "file transfers go over exec channels instead") from None
+
+    def check_sftp(self) -> bool:
+        """Whether the host offers SFTP (asked once per connection, by opening the session)."""
+        if self.sftp_offered is None:
             try:
-                if self._sftp is None or self._sftp.get_channel().get_transport() is not transport:
-                    self._sftp = paramiko.SFTPClient.from_transport(transport)
+                self.sftp_call("checking for SFTP", lambda sftp: None)
+            except SFTPUnavailable:
+                pass
+        return bool(self.sftp_offered)
+
+    def sftp_call(self, what: str, func: Callable[[paramiko.SFTPClient], object]) -> object:
+        """Run ``func(sftp)`` on the connection's one SFTP session.
+
+        A dropped link raises ConnectionLost; a host that offers no SFTP raises
+        :class:`SFTPUnavailable` (and ``sftp_offered`` becomes False: not asked again).
+        """
+        with self._sftp_lock:
+            if self.sftp_offered is False:
+                raise SFTPUnavailable(f"{self.label} offers no SFTP subsystem",
+                                      "file transfers go over exec channels instead")
+            transport = self.transport()
+            if self._sftp is None or self._sftp.get_channel().get_transport() is not transport:
+                self._sftp = self._open_sftp(transport)
+                self.sftp_offered = True
+            try:
                 return func(self._sftp)
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 if not transport.is_active() or isinstance(exc, (paramiko.SSHException, EOFError)):
@@ -559,52 +605,34 @@ class SSHTarget(Target):
             self._root = posixpath.normpath(self._expand(self.profile.run_root))
         return self._root
 
-    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
-        tmp = posixpath.join(posixpath.dirname(path), f".tmp-{token.token_hex(8)}")
-
-        def write(sftp: paramiko.SFTPClient) -> None:
+    # ---- files: SFTP, or exec channels where the host offers none (ssh_files) -------------------
+    def _file_call(self, what: str, over_sftp: Callable[[paramiko.SFTPClient], object],
+                   over_exec: Callable[[], object]) -> object:
+        if self.connection.sftp_offered is not False:
             try:
-                with sftp.open(tmp, "wb") as fh:
-                    fh.chmod(mode)
-                    fh.set_pipelined(True)
-                    fh.write(data)
-                sftp.posix_rename(tmp, path)
-            except BaseException:
-                try:
-                    sftp.remove(tmp)
-                except (OSError, paramiko.SSHException, EOFError):
-                    pass
-                raise
+                return self.connection.sftp_call(what, over_sftp)
+            except SFTPUnavailable:
+                pass
+        return over_exec()
 
-        self.connection.sftp_call(f"writing {path}", write)
+    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        self._file_call(f"writing {path}", lambda sftp: ssh_files.sftp_write(sftp, path, data, mode),
+                        lambda: ssh_files.exec_write(self, path, data, mode))
 
     def read_file(self, path: str) -> bytes:
-        def read(sftp: paramiko.SFTPClient) -> bytes:
-            with sftp.open(path, "rb") as fh:
-                fh.prefetch()
-                return fh.read()
-
-        return self.connection.sftp_call(f"reading {path}", read)
+        return self._file_call(f"reading {path}", lambda sftp: ssh_files.sftp_read(sftp, path),
+                               lambda: ssh_files.exec_read(self, path))
 
     def makedirs(self, path: str, mode: int = 0o700) -> None:
-        def mkdirs(sftp: paramiko.SFTPClient) -> None:
-            missing = []
-            current = posixpath.normpath(path)
-            while True:
-                try:
-                    sftp.stat(current)
-                    break
-                except FileNotFoundError:
-                    missing.append(current)
-                    parent = posixpath.dirname(current)
-                    if parent == current:
-                        break
-                    current = parent
-            for directory in reversed(missing):
-                sftp.mkdir(directory, mode)
-            sftp.chmod(path, mode)
+        self._file_call(f"creating {path}", lambda sftp: ssh_files.sftp_makedirs(sftp, path, mode),
+                        lambda: ssh_files.exec_makedirs(self, path, mode))
 
-        self.connection.sftp_call(f"creating {path}", mkdirs)
+    def probe(self) -> dict:
+        """The runner's probe report, with a note when file transfers go over exec channels."""
+        report = super().probe()
+        if not self.connection.check_sftp():
+            report["notes"] = [*(report.get("notes") or []), ssh_files.NO_SFTP_NOTE]
+        return report
 
     def close(self) -> None:
         self.connection.close()

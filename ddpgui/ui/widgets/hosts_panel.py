@@ -51,7 +51,7 @@ def probe_summary(probe: dict | None) -> str:
         parts.append(f"CUDA {torch['cuda_build']}")
     if probe.get("driver_version"):
         parts.append(f"driver {probe['driver_version']}")
-    return device + "\n" + " · ".join(parts)
+    return "\n".join([device, " · ".join(parts), *(probe.get("notes") or [])])
 
 
 class HostsPanel(QWidget):

@@ -1,0 +1,212 @@
+"""An SSH endpoint without an SFTP subsystem (rental gateways, minimal containers, dropbear), for real.
+
+``no_sftp_env`` is a real sshd whose config has no ``Subsystem sftp`` line: every file
+primitive falls back to exec-channel transfers, and everything still works.
+"""
+import getpass
+import io
+import os
+import posixpath
+import secrets as token
+import stat
+import sys
+
+import pytest
+
+from ddpgui.cli import main as cli
+from ddpgui.cli_hosts import format_probe
+from ddpgui.core.hosts import HostStore
+from ddpgui.core.manager import RunManager
+from ddpgui.core.package import build_runner
+from ddpgui.core.paths import config_dir
+from ddpgui.core.store import RunStore
+from ddpgui.core.targets.base import ConnectionLost, TargetError
+from ddpgui.core.targets.ssh_files import NO_SFTP_NOTE
+from ddpgui.core.uploads import upload_dir
+from spools import host_records, wait_for
+
+SMALL = {"workload": "linear", "nproc_per_node": 2, "batch_size": 8, "dataset_size": 256, "log_every": 1,
+         "telemetry_interval_s": 0.5}
+
+
+def _as_us(env, tmp_path, name="nosftp", **fields):
+    """A profile on ``env.server`` logging in as us, with this Python (it has torch)."""
+    values = dict(user=getpass.getuser(), python=sys.executable, run_root=str(tmp_path / f"{name} root ✓"))
+    values.update(fields)
+    return env.profile(name, **values)
+
+
+@pytest.fixture
+def target(no_sftp_env, tmp_path):
+    with no_sftp_env.target(tmp_path, _as_us(no_sftp_env, tmp_path)) as t:
+        yield t
+
+
+def test_file_primitives_go_over_exec_channels(target, tmp_path):
+    base = str(tmp_path / "files ✓")
+    data = bytes(range(256)) * 4096 + b"\n\0 end"  # 1 MiB of every byte value
+    target.makedirs(posixpath.join(base, "a", "b"), 0o700)
+    for name, mode in (("secret", 0o600), ("public", 0o644), ("tool", 0o700)):
+        path = posixpath.join(base, "a", "b", name)
+        target.write_file(path, data, mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == mode, name
+        assert open(path, "rb").read() == data
+        assert target.read_file(path) == data
+    assert target.connection.sftp_offered is False
+    assert stat.S_IMODE(os.stat(posixpath.join(base, "a", "b")).st_mode) == 0o700
+    target.write_file(posixpath.join(base, "a", "b", "secret"), b"replaced", 0o600)  # atomically over the old one
+    assert target.read_file(posixpath.join(base, "a", "b", "secret")) == b"replaced"
+    assert sorted(os.listdir(posixpath.join(base, "a", "b"))) == ["public", "secret", "tool"]  # no temp files left
+    with pytest.raises(FileNotFoundError):
+        target.read_file(posixpath.join(base, "missing"))
+    with pytest.raises(FileNotFoundError):
+        target.write_file(posixpath.join(base, "no dir", "x"), b"x")
+    target.get(posixpath.join(base, "a", "b", "public"), str(tmp_path / "copy"))
+    assert (tmp_path / "copy").read_bytes() == data
+
+
+def test_probe_says_so_once(target):
+    package = build_runner()
+    assert target.deploy(package) > 0
+    report = target.probe()
+    assert report["notes"] == [NO_SFTP_NOTE]
+    text = format_probe(report, "nosftp")
+    assert text.count(NO_SFTP_NOTE) == 1 and f"Note: {NO_SFTP_NOTE}" in text
+    assert target.deploy(package) == 0  # the hash check over exec finds it there
+    assert target.probe()["notes"] == [NO_SFTP_NOTE]
+
+
+def test_the_app_probe_summary_shows_the_note():
+    from ddpgui.ui.widgets.hosts_panel import probe_summary
+
+    summary = probe_summary({"cpu_count": 2, "torch": {"version": "2.3"}, "notes": [NO_SFTP_NOTE]})
+    assert summary.splitlines() == ["CPU only, 2 cores", "torch 2.3", NO_SFTP_NOTE]
+
+
+@pytest.fixture
+def manager(no_sftp_env, ssh_env, tmp_path):
+    """A RunManager: "nosftp" on the sshd without SFTP, "sftp" on the jump sshd (it has SFTP)."""
+    hosts = no_sftp_env.store(tmp_path, _as_us(no_sftp_env, tmp_path),
+                              _as_us(no_sftp_env, tmp_path, "sftp", port=ssh_env.jump.port,
+                                     nccl_env={"GLOO_SOCKET_IFNAME": "lo"}))
+    store = RunStore(tmp_path / "runs.sqlite3")
+    manager = RunManager(store, hosts, lambda name: no_sftp_env.target(tmp_path, hosts.get(name), store=hosts))
+    yield manager
+    manager.close()
+    store.close()
+
+
+@pytest.mark.slow
+def test_launch_and_follow_a_gloo_run_to_the_end(manager):
+    record = manager.launch("nosftp", dict(SMALL, steps=25))
+    final = manager.wait(record.id, timeout=300)
+    assert final.state == "finished", (final.message, final.hint)
+    assert [r["step"] for r in manager.store.records(record.id)] == list(range(1, 26))
+    for spool in ("metrics.jsonl", "telemetry.jsonl", "events.jsonl"):
+        assert manager.store.records(record.id, spool) == host_records(final.run_dirs[0], spool), spool
+    assert manager.target("nosftp").connection.sftp_offered is False
+
+
+@pytest.mark.slow
+def test_stop_a_run(manager):
+    record = manager.launch("nosftp", dict(SMALL, steps=100000))
+    assert wait_for(lambda: (manager.store.get_run(record.id).last_step or 0) >= 3, timeout=240)
+    manager.stop(record.id)
+    final = manager.wait(record.id, timeout=120)
+    assert final.state == "stopped", final.message
+
+
+@pytest.mark.slow
+def test_two_nodes_one_without_sftp(manager):
+    record = manager.launch_nodes(["nosftp", "sftp"], dict(SMALL, steps=20))
+    final = manager.wait(record.id, timeout=300)
+    assert final.state == "finished", (final.message, final.hint)
+    assert [r["step"] for r in manager.store.records(record.id)] == list(range(1, 21))
+    assert manager.target("nosftp").connection.sftp_offered is False
+    assert manager.target("sftp").connection.sftp_offered is True
+
+
+@pytest.mark.slow
+def test_script_mode_run_uploads_over_exec_channels(manager, tmp_path):
+    project = tmp_path / "my script ✓"
+    project.mkdir()
+    (project / "train.py").write_text("import time\nfor i in range(1, 6):\n"
+                                      "    print(f'step {i}: loss {1 / i:.4f}', flush=True)\n")
+    record = manager.launch("nosftp", {"mode": "script", "script": {"dir": str(project), "entry": "train.py"},
+                                       "nproc_per_node": 1})
+    final = manager.wait(record.id, timeout=300)
+    assert final.state == "finished", (final.message, final.hint)
+    assert [r["step"] for r in manager.store.records(record.id)] == [1, 2, 3, 4, 5]
+
+
+def test_script_dir_upload_only_what_changed(target, tmp_path):
+    local = tmp_path / "project"
+    (local / "pkg").mkdir(parents=True)
+    (local / "train.py").write_text("print('hi')\n")
+    (local / "pkg" / "model.py").write_text("X = 1\n")
+    (local / "private.cfg").write_text("token = 1\n")
+    (local / "private.cfg").chmod(0o600)
+    first = upload_dir(target, local)
+    assert sorted(first.uploaded) == ["pkg/model.py", "private.cfg", "train.py"]
+    assert target.read_file(posixpath.join(first.remote_dir, "pkg", "model.py")) == b"X = 1\n"
+    assert stat.S_IMODE(os.stat(posixpath.join(first.remote_dir, "private.cfg")).st_mode) == 0o600
+    (local / "pkg" / "model.py").write_text("X = 2\n")
+    (local / "train.py").unlink()
+    second = upload_dir(target, local)
+    assert second.uploaded == ["pkg/model.py"] and second.unchanged == 1 and second.removed == ["train.py"]
+    assert target.read_file(posixpath.join(first.remote_dir, "pkg", "model.py")) == b"X = 2\n"
+    assert upload_dir(target, local).uploaded == []
+
+
+def test_missing_python_says_what_to_do(no_sftp_env, tmp_path):
+    profile = _as_us(no_sftp_env, tmp_path, python="/nonexistent/bin/python3")
+    with no_sftp_env.target(tmp_path, profile) as target:
+        with pytest.raises(TargetError) as caught:
+            target.write_file(str(tmp_path / "x"), b"data")
+    message = str(caught.value)
+    assert not isinstance(caught.value, ConnectionLost)
+    assert "offers no SFTP" in message and "Python '/nonexistent/bin/python3' was not found" in message
+    assert "set the host profile's python" in message and "Subsystem sftp" in message
+    assert caught.value.field == "python"
+
+
+def test_a_dropped_link_is_still_a_dropped_link(ssh_env, tmp_path):
+    """On the sshd WITH SFTP: killing the connection's sshd is reported as a drop, not as "no SFTP"."""
+    with ssh_env.target(tmp_path, _as_us(ssh_env, tmp_path, "sftp")) as target:
+        path = str(tmp_path / "f")
+        target.exec(["true"])  # connected; SFTP not opened yet
+        assert ssh_env.server.drop_connections() > 0
+        with pytest.raises(ConnectionLost) as caught:
+            target.write_file(path, b"one")
+        assert "dropped" in str(caught.value) and "SFTP" not in str(caught.value)
+        assert target.connection.sftp_offered is None
+        target.write_file(path, b"two")  # reopened, over SFTP
+        assert target.connection.sftp_offered is True
+        assert ssh_env.server.drop_connections() > 0
+        with pytest.raises(ConnectionLost):
+            target.read_file(path)
+        assert target.read_file(path) == b"two" and target.connection.sftp_offered is True
+
+
+@pytest.fixture
+def cli_name(no_sftp_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    (config_dir() / "known_hosts").unlink(missing_ok=True)
+    name = "nosftp-" + token.token_hex(3)
+    assert cli(["hosts", "add", name, "--host", "127.0.0.1", "--port", str(no_sftp_env.server.port),
+                "--user", getpass.getuser(), "--auth", "key", "--key-file", str(no_sftp_env.key_plain),
+                "--python", sys.executable, "--run-root", str(tmp_path / "cli root")]) == 0
+    yield name
+    if name in HostStore():
+        cli(["hosts", "remove", name])
+
+
+def test_hosts_test_and_probe_commands_say_so(cli_name, capsys):
+    assert cli(["hosts", "test", cli_name, "--accept-new-host-key"]) == 0
+    out = capsys.readouterr().out
+    assert f"file transfers: {NO_SFTP_NOTE}" in out and "torch: " in out
+    rc = cli(["probe", cli_name])
+    captured = capsys.readouterr()
+    assert rc in (0, 1) and f"Note: {NO_SFTP_NOTE}" in captured.out
+    assert "dropped" not in captured.out + captured.err
