@@ -98,13 +98,23 @@ def _create_run_dir(run_dir: str, config: bytes) -> Optional[int]:
     """
     from .status import CONFIG, atomic_write
 
-    os.makedirs(os.path.dirname(run_dir), mode=0o700, exist_ok=True)
     try:
+        os.makedirs(os.path.dirname(run_dir), mode=0o700, exist_ok=True)
         os.mkdir(run_dir, 0o700)
     except FileExistsError:
+        if not os.path.isdir(os.path.dirname(run_dir)):
+            return _refuse("cannot create the run directory %s: %s is not a directory"
+                           % (run_dir, os.path.dirname(run_dir)), "move that file aside on the host")
         return _refuse("run directory %s already exists: another launch chose the same run id" % run_dir,
                        "launch again (a new run id is chosen); to start an ended run again, use rerun")
-    atomic_write(os.path.join(run_dir, CONFIG), config, 0o600)
+    except OSError as exc:
+        return _refuse("cannot create the run directory %s: %s" % (run_dir, exc.strerror or exc),
+                       "check the run root on this host (free space, permissions)")
+    try:
+        atomic_write(os.path.join(run_dir, CONFIG), config, 0o600)
+    except OSError as exc:
+        return _refuse("cannot write %s: %s" % (os.path.join(run_dir, CONFIG), exc.strerror or exc),
+                       "check the run root on this host (free space, permissions)")
     return None
 
 
