@@ -1,7 +1,9 @@
 """Uploading the user's script directory ("your own script" mode) through any Target.
 
-Skips version-control and cache directories, virtualenvs and conda envs, and
-files over a size cap (all reported).  A manifest on the host records the
+Skips version-control and cache directories, virtualenvs and conda envs,
+symbolic links that leave the folder (to /etc/shadow, say), FIFOs, sockets and
+device files, unreadable files and files over a size cap (all reported, with
+the reason).  A file gets on the host at most its local permission bits.  A manifest on the host records the
 sha256 of every file uploaded, so the next upload sends only what changed and
 deletes what was uploaded before but is gone here.
 """
@@ -37,7 +39,11 @@ class LocalFile:
     path: Path
     size: int
     sha256: str
-    executable: bool
+    mode: int  # the permission bits it gets on the host: at most its local ones (never group/other write)
+
+    @property
+    def executable(self) -> bool:
+        return bool(self.mode & stat.S_IXUSR)
 
 
 @dataclass
@@ -52,14 +58,51 @@ class UploadResult:
 
 
 def _skip_dir_reason(path: Path) -> str | None:
+    if path.is_symlink():
+        return "a symbolic link to a directory (not followed)"
     if path.name in SKIP_DIRS:
         return SKIP_DIRS[path.name]
     if (path / "pyvenv.cfg").is_file():
         return "a virtualenv (has pyvenv.cfg)"
     if (path / "conda-meta").is_dir():
         return "a conda environment (has conda-meta)"
-    if path.is_symlink():
-        return "a symbolic link to a directory (not followed)"
+    return None
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO), not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file, not a regular file"
+    return "not a regular file"
+
+
+def _unreadable(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "cannot read it (permission denied): make it readable for you (chmod u+r) or move it out of the folder"
+    return f"cannot read it: {exc.strerror or exc}"
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a regular file; never blocks on a FIFO that replaced it (OSError if it is not regular)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(0, _special_kind(mode), str(path))
+        return fh.read()
+
+
+def _link_outside(path: Path, root: Path) -> str | None:
+    """Why a symbolic link to a file is not uploaded (it leaves the folder), or None."""
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return "a broken symbolic link"
+    if not resolved.is_relative_to(root):
+        return f"a symbolic link to {resolved}, outside the folder"
     return None
 
 
@@ -81,23 +124,27 @@ def scan(local_dir: str | Path, size_cap: int = DEFAULT_SIZE_CAP) -> tuple[list[
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(root).as_posix()
+            reason = _link_outside(path, root) if path.is_symlink() else None
+            if reason:
+                skipped.append((rel, reason))
+                continue
             try:
                 info = path.stat()
-            except OSError:
-                skipped.append((rel, "a broken symbolic link"))
+            except OSError as exc:
+                skipped.append((rel, _unreadable(exc)))
                 continue
             if not stat.S_ISREG(info.st_mode):
-                skipped.append((rel, "not a regular file"))
+                skipped.append((rel, _special_kind(info.st_mode)))
                 continue
             if info.st_size > size_cap:
                 skipped.append((rel, f"{info.st_size / 2**20:.1f} MiB is over the {size_cap / 2**20:g} MiB cap"))
                 continue
             try:
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                digest = hashlib.sha256(_read_regular(path)).hexdigest()
             except OSError as exc:
-                skipped.append((rel, f"cannot read it: {exc.strerror or exc}"))
+                skipped.append((rel, exc.strerror if exc.errno == 0 else _unreadable(exc)))
                 continue
-            files.append(LocalFile(rel, path, info.st_size, digest, bool(info.st_mode & stat.S_IXUSR)))
+            files.append(LocalFile(rel, path, info.st_size, digest, stat.S_IMODE(info.st_mode) & 0o755))
     return files, skipped
 
 
@@ -139,7 +186,7 @@ def upload_dir(target: Target, local_dir: str | Path, remote_dir: str | None = N
         if parent not in made:
             target.makedirs(parent, 0o700)
             made.add(parent)
-        target.write_file(destination, f.path.read_bytes(), 0o755 if f.executable else 0o644)
+        target.write_file(destination, _read_regular(f.path), f.mode)
         result.uploaded.append(f.rel)
         result.uploaded_bytes += f.size
         if progress:

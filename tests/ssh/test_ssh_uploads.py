@@ -29,3 +29,29 @@ def test_script_dir_upload_over_ssh(ssh_env, tmp_path):
         third = upload_dir(target, local, size_cap=1024)
         assert third.uploaded == [] and third.uploaded_bytes == 0
         assert MANIFEST in target.exec(["ls", "-A", first.remote_dir]).stdout.decode()
+
+
+def test_links_out_of_the_folder_and_permissions_over_ssh(ssh_env, tmp_path):
+    import os
+    import stat
+
+    secret = tmp_path / "outside" / "shadow"
+    secret.parent.mkdir()
+    secret.write_text("root:$6$hash:19000::::::\n")
+    secret.chmod(0o600)
+    local = tmp_path / "project"
+    local.mkdir()
+    (local / "train.py").write_text("print('hi')\n")
+    (local / "private.cfg").write_text("token = 1\n")
+    (local / "private.cfg").chmod(0o600)
+    (local / "shadow").symlink_to(secret)
+    (local / "inside.py").symlink_to("train.py")
+    with ssh_env.target(tmp_path) as target:
+        result = upload_dir(target, local)
+        assert sorted(result.uploaded) == ["inside.py", "private.cfg", "train.py"]
+        assert dict(result.skipped) == {"shadow": f"a symbolic link to {secret}, outside the folder"}
+        assert target.exec(["test", "-e", posixpath.join(result.remote_dir, "shadow")]).rc == 1
+        modes = target.exec(["stat", "-c", "%n %a", *(posixpath.join(result.remote_dir, n) for n in
+                                                       ("private.cfg", "train.py"))]).stdout.decode().splitlines()
+        assert [m.rsplit(" ", 1)[1] for m in modes] == ["600", oct(stat.S_IMODE(os.stat(local / "train.py").st_mode))[2:]]
+        assert target.read_file(posixpath.join(result.remote_dir, "inside.py")) == b"print('hi')\n"
