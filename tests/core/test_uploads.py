@@ -247,3 +247,17 @@ def test_a_file_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
     assert files == ["ok.py"]
     assert skipped == [["locked.bin", "cannot read it (permission denied): make it readable for you (chmod u+r) "
                                       "or move it out of the folder"]]
+
+
+def test_the_cli_prints_what_a_script_upload_skipped(tmp_path, secret_outside, capsys, monkeypatch):
+    """``ddpgui launch --script`` (here on "This computer") names the link it did not upload."""
+    from ddpgui.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('step 1: loss 0.5')\n")
+    (project / "shadow").symlink_to(secret_outside)
+    assert main(["launch", "local", "--script", str(project), "--nproc", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"not uploaded from {project}: shadow (a symbolic link to {secret_outside}, outside the folder)" in err
