@@ -5,9 +5,12 @@ supervisor's process group does not reach the ranks; we walk parent links
 instead, and also read the pid files the ranks write, which still find a rank
 whose parents have died.
 """
+import atexit
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from typing import Dict, Iterable, List, Set
 
@@ -129,3 +132,27 @@ def terminate(pids: Iterable[int], grace_s: float) -> List[int]:
         signal_all(left, signal.SIGKILL)
         wait_gone(left, 5.0)
     return left
+
+
+def exit_without_finalizing(code: int) -> None:
+    """Leave this rank with ``code`` the way Python would, minus the interpreter's teardown.
+
+    Gloo's worker threads can still hold tensors (through DDP's reducer) after
+    destroy_process_group; destroying them while Python is torn down aborts the rank now
+    and then ("terminate called without an active exception", SIGABRT) after a run that
+    finished.  So we do what Py_FinalizeEx does first -- wait for non-daemon threads (a
+    checkpoint being written), run atexit handlers (logging, wandb), flush the standard
+    streams -- and then ``os._exit``.  Our spools are unbuffered: nothing else to flush.
+    """
+    try:
+        wait_for_threads = getattr(threading, "_shutdown", None)
+        if wait_for_threads is not None:
+            wait_for_threads()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or broken stream must not keep the rank alive
+                pass
+        os._exit(code)

@@ -1,4 +1,7 @@
-"""Metrics from the lines a user's own training script prints ("script" mode).
+"""The user's own training script ("script" mode): its entry, and metrics from the lines it prints.
+
+Each rank runs the script under :func:`run_script_and_exit` (``runner _script ENTRY ARGS``),
+as ``python ENTRY ARGS`` would, and leaves the way the built-in workloads do.
 
 The supervisor calls :func:`parse_metric_line` for every stdout line, so a line
 that is not a metric must be refused quickly; every regex here is compiled once
@@ -18,11 +21,17 @@ any other named group becomes a float field).
 """
 import json
 import math
+import os
 import re
-from typing import Dict, Optional, Pattern, Union
+import runpy
+import sys
+from typing import Dict, List, Optional, Pattern, Union
 
 from remote_runner.metrics import SpoolWriter
+from remote_runner.proctree import exit_without_finalizing
 
+#: The hidden runner command each rank of a script-mode run starts with: ``_script ENTRY ARGS...``.
+SCRIPT_COMMAND = "_script"
 #: Longer lines are not metrics (and are not worth scanning).
 MAX_LINE = 4096
 
@@ -41,6 +50,49 @@ _STEP_KEYS = {"step": "step", "steps": "step", "iter": "step", "iters": "step", 
 _RENAMES = dict(_STEP_KEYS, learning_rate="lr")
 _TIME_KEYS = ("time", "dt", "step_time", "iter_time", "batch_time")
 _COUNTERS = ("step", "epoch")
+
+
+def run_script_and_exit(path: str, args: List[str]) -> None:
+    """Run the script at ``path`` as its ``__main__`` with ``args``, then leave with its exit status.
+
+    As ``python path args`` would: ``sys.argv = [path, *args]``, the script's folder first on
+    ``sys.path``; a SystemExit gives its code, an exception prints its traceback (from the
+    script's own frames, through ``sys.excepthook``) and gives 1.  Whatever the script made
+    stays referenced until the process is gone, so nothing (a DDP reducer, a gloo process
+    group) is destroyed on the way out.  Imports nothing the script does not import itself:
+    it may set environment variables before it imports torch.
+    """
+    sys.argv = [path] + list(args)
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    kept = None  # the script's globals, or its exception (whose frames hold them)
+    try:
+        kept = runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        kept, code = exc, _exit_status(exc.code)
+    except BaseException as exc:  # KeyboardInterrupt too: shown as Python shows it
+        kept = exc
+        shown = exc.with_traceback(_script_frames(exc.__traceback__, path))  # the hook may read either
+        sys.excepthook(type(exc), shown, shown.__traceback__)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+    exit_without_finalizing(code)
+
+
+def _exit_status(code: object) -> int:
+    """The process exit status of ``SystemExit(code)``, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code)
+    sys.stderr.write("%s\n" % (code,))
+    return 1
+
+
+def _script_frames(tb, path: str):
+    """The traceback from the script's first frame on (without runpy's and ours), or None."""
+    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+        tb = tb.tb_next
+    return tb
 
 
 def parse_metric_line(line: str, regex: Optional[Pattern] = None) -> Optional[dict]:

@@ -478,19 +478,11 @@ def _write_error(run_dir: str, rank: int, exc: BaseException) -> None:
 
 
 def main_and_exit(run_dir: str) -> int:
-    """Run the rank, then leave without interpreter finalization.
+    """Run the rank, then leave without interpreter finalization (see proctree.exit_without_finalizing)."""
+    from remote_runner.proctree import exit_without_finalizing
 
-    Gloo's worker threads can still hold tensors (through DDP's reducer) after
-    destroy_process_group; destroying them while Python is torn down aborts the rank now
-    and then ("terminate called without an active exception", SIGABRT) after a run that
-    finished.  Spools are written unbuffered and closed by now: only the standard streams
-    need flushing.
-    """
-    code = main(run_dir)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-    return code  # not reached
+    exit_without_finalizing(main(run_dir))
+    return 1  # not reached
 
 
 if __name__ == "__main__":
