@@ -6,6 +6,7 @@ status.json) and hands the text to :func:`classify`, a pure function tested on
 captured output.  The first known error pattern wins (in the order of
 ``_PATTERNS``); then a rank that raised or was killed; then the exit code.
 """
+import errno
 import glob
 import json
 import os
@@ -35,6 +36,7 @@ class Diagnosis:
     message: str
     hint: str
     rank: Optional[int] = None
+    path: Optional[str] = None  # the file a disk_full failure could not write, when its message names one
 
 
 def diagnose(run_dir: str, exit_code: Optional[int]) -> Diagnosis:
@@ -51,7 +53,48 @@ def diagnose(run_dir: str, exit_code: Optional[int]) -> Diagnosis:
             record.setdefault("t", os.path.getmtime(path))  # the first rank to fail comes first
             errors.append(record)
     stop_requested = (read_status(run_dir) or {}).get("state") == "stopped"
-    return classify(exit_code, log_text, errors, stop_requested=stop_requested)
+    found = classify(exit_code, log_text, errors, stop_requested=stop_requested)
+    if found.kind == "needs_gpu":  # what the host has decides what to do
+        found.hint = needs_gpu_hint(found.message)
+    if found.kind == "disk_full":  # the free space is measured now, on the disk that filled up
+        found.message = disk_full_text(found.path or run_dir,
+                                       "rank %d" % found.rank if found.rank is not None else "the run")
+    return found
+
+
+_DISK_FULL_HINT = ("free space on the host (df -h shows which disk is full) or put runs on a larger disk; checkpoints, "
+                   "~/.cache and /tmp/torchinductor_* can be large")
+_NO_SPACE_PATH = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
+
+
+def free_bytes(path: str) -> Optional[int]:
+    """Bytes free for unprivileged users on the filesystem holding ``path`` (or its nearest existing parent)."""
+    path = os.path.abspath(path)
+    while True:
+        try:
+            st = os.statvfs(path)
+            return st.f_bavail * st.f_frsize
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+
+def disk_full_text(path: str, who: str) -> str:
+    """"The host's disk is full (PATH, N bytes free): WHO could not write there." """
+    free = free_bytes(path)
+    return "The host's disk is full (%s, %s bytes free): %s could not write there." % (
+        path, "unknown" if free is None else free, who)
+
+
+def os_error_text(exc: OSError) -> Tuple[str, str]:
+    """(message, hint) for an OSError the runner itself met (a full disk, a directory removed under it)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full_text(exc.filename or os.getcwd(), "the runner"), _DISK_FULL_HINT
+    where = " (%s)" % exc.filename if exc.filename else ""
+    return ("the runner could not use a file on the host: %s%s" % (exc.strerror or exc, where),
+            "check that the run directory exists and is writable by the SSH user")
 
 
 def _tail(path: str) -> str:
@@ -89,6 +132,41 @@ _OOM_HINT = ("lower the batch size, use bf16 or fp16 precision, or turn on gradi
 _COMPILER_HINT = ("install a compiler (sudo apt install build-essential on Debian/Ubuntu, sudo dnf install gcc gcc-c++ "
                   "on Fedora/RHEL) or point CC/CXX at one, or run with compile off")
 
+#: What torch says when code asks for CUDA or NCCL that this host or this PyTorch does not have (a script
+#: written for GPUs, run on a CPU host): a CPU-only build says the first three, a CUDA build the others.
+_CPU_BUILD_NEEDS_GPU = (r"Torch not compiled with CUDA enabled|module 'torch\._C' has no attribute '_cuda_\w+'|"
+                        r"Distributed package doesn't have NCCL built in")
+_NEEDS_GPU = re.compile(r"(?<![\"'])(?:" + _CPU_BUILD_NEEDS_GPU + r"|Found no NVIDIA driver on your system|"
+                        r"No CUDA GPUs are available|ProcessGroupNCCL is only supported with GPUs, no GPUs found)")
+# (not in the quoted text of a ``raise`` line of the traceback: the exception's own line is the one to show)
+_NEEDS_GPU_HINT = ("run it on a host with an NVIDIA GPU, or make it run on the CPU: device cpu and backend gloo "
+                   "(for your own script, in its code or arguments, e.g. nanoGPT's --device=cpu --backend=gloo)")
+
+
+def needs_gpu_hint(message: str, gpus: Optional[List[dict]] = None) -> str:
+    """What to do about a run that needed an NVIDIA GPU (``message``: its needs_gpu diagnosis).
+
+    ``gpus`` are the NVIDIA GPUs the host has, as the probe finds them (NVML or nvidia-smi);
+    found here when not given.
+    """
+    if gpus is None:
+        from .probe import driver_facts
+
+        driver = driver_facts()
+        gpus = driver.get("gpus") or []
+    else:
+        driver = {}
+    if not gpus:
+        return "this host has no NVIDIA GPU (its probe finds no NVIDIA driver or GPU): " + _NEEDS_GPU_HINT
+    names = "%d GPU%s (%s)" % (len(gpus), "" if len(gpus) == 1 else "s", gpus[0].get("name") or "NVIDIA")
+    if re.search(_CPU_BUILD_NEEDS_GPU, message):
+        from .probe import wheel_hint
+
+        return "the host has %s but this PyTorch is a CPU-only build: %s" % (names, wheel_hint(driver.get("cuda_version")))
+    return ("the host has %s but the run sees none: check CUDA_VISIBLE_DEVICES in the host profile's environment "
+            "and that the SSH user may open /dev/nvidia* (nvidia-smi as that user)" % names)
+
+
 #: (kind, pattern, hint) in the order they are tried; _matched() words the message.
 _PATTERNS = (
     ("config_error", re.compile(r"config field '[^']+': .*"),
@@ -98,9 +176,8 @@ _PATTERNS = (
     ("torch_too_old", re.compile(r"PyTorch \S+ is too old.*|module 'torch' has no attribute 'compile'|"
                                  r"No module named '?torch\.distributed\.run'?"),
      "upgrade PyTorch on the host to %d.%d or newer: pip install -U torch" % MIN_TORCH),
-    ("nccl_unavailable", re.compile(r"Distributed package doesn't have NCCL built in|ProcessGroupNCCL is only "
-                                    r"supported with GPUs, no GPUs found|" +
-                                    _any_of([m for m, _ in _BACKEND_ERRORS if m.startswith("nccl")])),
+    ("needs_gpu", _NEEDS_GPU, _NEEDS_GPU_HINT),
+    ("nccl_unavailable", re.compile(_any_of([m for m, _ in _BACKEND_ERRORS if m.startswith("nccl")])),
      "choose backend gloo (or auto) to run without NCCL, or use a host with NVIDIA GPUs and a CUDA build of PyTorch"),
     ("backend_unavailable", re.compile(_any_of([m for m, _ in _BACKEND_ERRORS if not m.startswith("nccl")])),
      "choose backend auto"),
@@ -118,9 +195,7 @@ _PATTERNS = (
      "fp32 or bf16 on CPUs"),
     ("cuda_oom", re.compile(r"OutOfMemoryError[^\n]*|CUDA out of memory[^\n]*|(?:MPS backend|XPU) out of memory[^\n]*"),
      _OOM_HINT),
-    ("disk_full", re.compile(r"No space left on device|\[Errno 28\]|ENOSPC"),
-     "free space on the host (df -h shows which disk is full) or put runs on a larger disk; checkpoints, "
-     "~/.cache and /tmp/torchinductor_* can be large"),
+    ("disk_full", re.compile(r"No space left on device|\[Errno 28\]|ENOSPC"), _DISK_FULL_HINT),
     ("compile_no_compiler", re.compile(r"InvalidCxxCompiler[^\n]*|Invalid C\+\+ compiler[^\n]*|No working C\+\+ "
                                        r"compiler found[^\n]*|Failed to find C compiler[^\n]*|compiler not found[^\n]*",
                                        re.IGNORECASE), _COMPILER_HINT),
@@ -272,6 +347,8 @@ def _matched(kind: str, line: str, hint: str, rank: Optional[int]) -> Diagnosis:
     elif kind in ("nccl_unavailable", "backend_unavailable"):
         message = "The process-group backend cannot run here (%s)." % found
         hint = next((h for m, h in _BACKEND_ERRORS if m in found), hint)
+    elif kind == "needs_gpu":
+        message = "%s needs an NVIDIA GPU with CUDA, which it did not find (%s)." % (where[0].upper() + where[1:], found)
     elif kind == "cuda_driver_too_old":
         message = "The NVIDIA driver is older than the CUDA this PyTorch was built for (%s)." % found
     elif kind == "precision_unsupported":
@@ -279,7 +356,10 @@ def _matched(kind: str, line: str, hint: str, rank: Optional[int]) -> Diagnosis:
     elif kind == "cuda_oom":
         message = "%s ran out of GPU memory%s." % (where[0].upper() + where[1:], _oom_details(line))
     elif kind == "disk_full":
-        message = "The disk filled up while %s was writing (No space left on device)." % where
+        path = _NO_SPACE_PATH.search(line)
+        message = "The host's disk is full%s: %s could not write there (No space left on device)." % (
+            " (%s)" % path.group(1) if path else "", where)
+        return Diagnosis(kind, message, hint, rank, path.group(1) if path else None)
     elif kind == "compile_no_compiler":
         message = "torch.compile found no working C/C++ compiler on the host (%s)." % found
     else:

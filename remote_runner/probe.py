@@ -80,7 +80,7 @@ def gather_facts(run_root: Optional[str] = None) -> dict:
     }
     facts["torch"], facts["torch_import_error"], torch_gpus = parts.get(
         "torch", lambda: _torch_facts(parts), (None, "could not inspect torch (see probe_errors)", []))
-    driver = parts.get("driver", _driver_facts, {}) or {}
+    driver = parts.get("driver", driver_facts, {}) or {}
     facts["driver_source"] = driver.get("source")
     facts["driver_version"] = driver.get("driver_version")
     facts["driver_cuda_version"] = driver.get("cuda_version")
@@ -175,7 +175,7 @@ def _torch_gpus(torch: object) -> List[dict]:
     return gpus
 
 
-def _driver_facts() -> dict:
+def driver_facts() -> dict:
     """Driver version, its newest CUDA and the GPUs it sees, from NVML or (once) from nvidia-smi."""
     nvml = Nvml.open()
     if nvml is not None:
@@ -293,7 +293,7 @@ def _problem(code: str, message: str, hint: str, severity: str = "error") -> dic
     return {"code": code, "severity": severity, "message": message, "hint": hint}
 
 
-def _wheel_hint(driver_cuda: Optional[str]) -> str:
+def wheel_hint(driver_cuda: Optional[str]) -> str:
     """Which PyTorch wheel to install for a driver that supports CUDA ``driver_cuda`` at most."""
     supported = _version_tuple(driver_cuda)
     if supported is None:
@@ -322,7 +322,7 @@ def find_problems(facts: dict) -> List[dict]:
                                      % (facts.get("python") or {}).get("executable", "this Python"),
                                      "pip install torch in that environment, or choose the Python of a venv or "
                                      "conda env that has it in the host profile; on GPU hosts, "
-                                     + _wheel_hint(driver_cuda)))
+                                     + wheel_hint(driver_cuda)))
         else:
             problems.append(_problem("torch_broken", "PyTorch is installed but fails to import: %s" % error,
                                      "reinstall it: pip install --force-reinstall torch"))
@@ -351,7 +351,7 @@ def _torch_problems(torch_facts: dict, facts: dict, driver_gpus: List[dict], dri
     if parsed is not None and parsed < MIN_TORCH:
         problems.append(_problem("torch_too_old", "PyTorch %s is too old; the runner needs %d.%d or newer."
                                  % ((version,) + MIN_TORCH),
-                                 "upgrade it: pip install -U torch (on GPU hosts, " + _wheel_hint(driver_cuda) + ")"))
+                                 "upgrade it: pip install -U torch (on GPU hosts, " + wheel_hint(driver_cuda) + ")"))
     cuda_build = torch_facts.get("cuda_build")
     built, supported = _version_tuple(cuda_build), _version_tuple(driver_cuda)
     if built and supported and built > supported:
@@ -361,7 +361,7 @@ def _torch_problems(torch_facts: dict, facts: dict, driver_gpus: List[dict], dri
             "This PyTorch is built for CUDA %s but the NVIDIA driver (%s) supports CUDA %s at most%s."
             % (cuda_build, facts.get("driver_version") or "version unknown", driver_cuda,
                "" if fatal else ", so kernels compiled at run time (torch.compile, Triton) may fail to load"),
-            _wheel_hint(driver_cuda) + ("" if _wheel_hint(driver_cuda).startswith("upgrade") else
+            wheel_hint(driver_cuda) + ("" if wheel_hint(driver_cuda).startswith("upgrade") else
                                         ", or upgrade the NVIDIA driver to one for CUDA %s" % cuda_build),
             "error" if fatal else "warning"))
     if driver_gpus and not torch_facts.get("cuda_available"):
@@ -369,7 +369,7 @@ def _torch_problems(torch_facts: dict, facts: dict, driver_gpus: List[dict], dri
             problems.append(_problem("torch_cpu_only",
                                      "The driver sees %d NVIDIA GPU(s) but this PyTorch (%s) is a CPU-only build, "
                                      "so runs would use the CPU." % (len(driver_gpus), version),
-                                     _wheel_hint(driver_cuda)))
+                                     wheel_hint(driver_cuda)))
         else:
             why = torch_facts.get("cuda_warning") or "torch.cuda.is_available() is False"
             problems.append(_problem("cuda_unavailable",

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from remote_runner.capabilities import BackendError, precision_problem, resolve_backend
 from remote_runner.config import ConfigError, config_from_dict
-from remote_runner.failures import ATTEMPT_MARKER, Diagnosis, classify, diagnose
+from remote_runner.failures import ATTEMPT_MARKER, Diagnosis, classify, diagnose, needs_gpu_hint
 from remote_runner.metrics import STDERR, STDOUT
 from remote_runner.status import write_status
 
@@ -36,6 +36,12 @@ OOM_OLD = ("RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0
 OOM_2_1 = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 55.57 GiB. GPU 0 has a total capacty "
            "of 12.00 GiB of which 9.02 GiB is free. Of the allocated memory 984.52 MiB is allocated by PyTorch, and "
            "463.48 MiB is reserved by PyTorch but unallocated.")
+
+# A CUDA build of PyTorch on a host without the NVIDIA driver; yeongjoonJu/Occlusion-Robust-3D-Face-CFR-GAN issue #3.
+NO_DRIVER = ('  File "/home/sct/gen1/lib/python3.7/site-packages/torch/cuda/__init__.py", line 217, in _lazy_init\n'
+             "    torch._C._cuda_init()\n"
+             "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+             "installed a driver from http://www.nvidia.com/Download/index.aspx")
 
 
 def fixture(name):
@@ -122,8 +128,41 @@ def test_nccl_on_a_torch_without_nccl(tmp_path):
     with pytest.raises(RuntimeError) as raised:
         dist.init_process_group("nccl", init_method="file://%s" % (tmp_path / "store"), rank=0, world_size=1)
     found = classify(1, formatted(raised.value), [])
-    assert found.kind == "nccl_unavailable"
+    assert found.kind == "needs_gpu"
     assert "doesn't have NCCL" in found.message and "gloo" in found.hint
+
+
+# A GPU script (nanoGPT's defaults: backend nccl, device cuda) on this CPU host and its CPU-only PyTorch.
+@pytest.mark.parametrize("name, rank, said", [
+    ("script_nccl_on_cpu_host.stderr.txt", 1, "RuntimeError: Distributed package doesn't have NCCL built in"),
+    ("script_cuda_set_device_on_cpu_build.stderr.txt", 0,
+     "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"),
+    ("script_module_cuda_on_cpu_build.stderr.txt", None, "AssertionError: Torch not compiled with CUDA enabled"),
+])
+def test_a_gpu_script_on_a_cpu_host(name, rank, said):
+    found = classify(1, fixture(name), [])
+    assert (found.kind, found.rank) == ("needs_gpu", rank)
+    assert "needs an NVIDIA GPU" in found.message and said in found.message, found.message
+    assert "host with an NVIDIA GPU" in found.hint and "device cpu and backend gloo" in found.hint
+
+
+def test_the_gpu_hint_says_what_the_host_has():
+    cpu_build = classify(1, fixture("script_module_cuda_on_cpu_build.stderr.txt"), []).message
+    no_driver = classify(1, NO_DRIVER, []).message
+    assert needs_gpu_hint(no_driver, gpus=[]).startswith("this host has no NVIDIA GPU (its probe finds no NVIDIA driver")
+    a100 = [{"name": "NVIDIA A100-SXM4-80GB"}]
+    assert needs_gpu_hint(cpu_build, gpus=a100).startswith(
+        "the host has 1 GPU (NVIDIA A100-SXM4-80GB) but this PyTorch is a CPU-only build: install a CUDA build")
+    assert "CUDA_VISIBLE_DEVICES" in needs_gpu_hint(no_driver, gpus=a100 * 2)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has an NVIDIA driver")
+def test_diagnose_of_a_gpu_script_asks_the_probe_what_the_host_has(tmp_path):
+    (tmp_path / STDERR).write_text(fixture("script_nccl_on_cpu_host.stderr.txt"))
+    found = diagnose(str(tmp_path), 1)
+    assert found.kind == "needs_gpu"
+    assert found.hint.startswith("this host has no NVIDIA GPU (its probe finds no NVIDIA driver or GPU): run it on a "
+                                 "host with an NVIDIA GPU, or make it run on the CPU: device cpu and backend gloo")
 
 
 def test_nccl_requested_without_cuda_from_the_runner():
@@ -188,6 +227,11 @@ def test_cuda_out_of_memory_names_the_rank_from_torchrun_output():
 def test_bf16_on_a_gpu_before_ampere(text):
     found = classify(1, text, [])
     assert found.kind == "precision_unsupported" and "fp16" in found.hint
+
+
+def test_cuda_build_without_a_driver():
+    found = classify(1, NO_DRIVER, [])
+    assert found.kind == "needs_gpu" and "Found no NVIDIA driver on your system" in found.message
 
 
 def test_cuda_driver_older_than_the_torch_build():
