@@ -23,7 +23,10 @@ $(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-app
 	$(PY) -m pip install -q -e ".[local,test,bench]"
 	touch $@
 
+# The X11 libraries Qt's xcb plugin needs: installed when root or passwordless sudo allows, else the command is
+# printed (and skipped on Wayland and with QT_QPA_PLATFORM=offscreen/wayland); the app starts either way.
 run: $(VENV)/.stamp-app
+	@$(PY) -m ddpgui.ui.platform_check --install
 	$(PY) -m ddpgui
 
 demo: $(VENV)/.stamp-app

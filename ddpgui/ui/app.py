@@ -3,12 +3,19 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QIcon
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from ddpgui.core.errors import describe
+from ddpgui.core.hosts import HostError, HostStore
+from ddpgui.core.store import RunStore, StoreError
+
+from . import platform_check
 
 #: Set to quit right after the window is first shown (cold-start benchmark, smoke tests).
 EXIT_AFTER_SHOW_ENV = "DDPGUI_EXIT_AFTER_SHOW"
@@ -53,11 +60,50 @@ def create_app(argv: list[str] | None = None) -> QApplication:
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
+def startup_error_box(exc: Exception) -> QMessageBox:
+    """The dialog for a hosts file or run store that cannot be opened: which file, what is wrong, what to do."""
+    message, hint = describe(exc)
+    box = QMessageBox(QMessageBox.Icon.Critical, "ddpgui cannot start", message[:1].upper() + message[1:],
+                      QMessageBox.StandardButton.Close)
+    box.setObjectName("startup_error")
+    box.setInformativeText((hint[:1].upper() + hint[1:] + ". " if hint else "")
+                           + "ddpgui has not changed the file; keep it (or a backup of it) if you want its "
+                             "contents back.")
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return box
+
+
+def open_stores() -> tuple[RunStore, HostStore]:
+    """The user's run store and host profiles (raising StoreError / HostError, never changing a bad file)."""
+    store = RunStore()
+    try:
+        return store, HostStore()
+    except BaseException:
+        store.close()
+        raise
+
+
+def main(argv: list[str] | None = None,
+         show_error: Callable[[QMessageBox], object] = QMessageBox.exec) -> int:
+    """Open the main window; 1 when no window can open here or the stores cannot be read.
+
+    ``show_error`` shows the start-up error dialog (tests read and close it instead of blocking).
+    """
+    problem = platform_check.problem()
+    if problem:  # before QApplication: Qt aborts the process when no platform plugin loads
+        print(problem, file=sys.stderr)
+        return 1
     app = create_app(argv)
+    try:
+        store, hosts = open_stores()
+    except (StoreError, HostError) as exc:
+        message, hint = describe(exc)
+        print(f"ddpgui: {message}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
+        show_error(startup_error_box(exc))
+        return 1
     from .main_window import MainWindow
 
-    window = MainWindow()
+    window = MainWindow(store=store, hosts=hosts)
     app.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_theme(app))
     window.show()
     if os.environ.get(EXIT_AFTER_SHOW_ENV):
