@@ -9,7 +9,11 @@ bytes it announces::
 
 Only complete lines are shipped while a run is live; once it has ended, a
 trailing partial line (a crash mid-write) is shipped with a newline added so
-the client can count it as corrupt and move on.
+the client can count it as corrupt and move on.  A record line longer than
+MAX_CHUNK is never shipped in pieces: its range goes out as one empty chunk
+marked ``"oversize": true`` (the client counts it as one corrupt line and keeps
+everything after it).  When the run directory itself is gone the stream ends
+with a failed status (``failure: run_dir_missing``) instead of beating forever.
 """
 import json
 import os
@@ -17,16 +21,18 @@ import sys
 import time
 from typing import BinaryIO, Dict, Optional, Tuple
 
-from .metrics import SPOOLS
-from .status import FINAL_STATES, STATUS
+from .metrics import RECORD_SPOOLS, SPOOLS
+from .status import FINAL_STATES, NO_SPACE, STATUS, read_status
 from .supervisor import reconcile
 
 #: Seconds between heartbeats when nothing else is sent (lets the client notice a dead link).
 HEARTBEAT_S = 1.0
 #: Seconds to sleep when a round found nothing new.
 IDLE_SLEEP_S = 0.02
-#: Most bytes sent from one spool in one chunk.
+#: Most bytes sent from one spool in one chunk; a record line longer than this is sent as an oversize chunk.
 MAX_CHUNK = 4 << 20
+#: Bytes read at a time while looking for the end of an oversize line.
+SCAN_BLOCK = 1 << 20
 
 
 class Follower:
@@ -59,7 +65,15 @@ class Follower:
             data = fh.read(min(size - start, MAX_CHUNK))
             cut = data.rfind(b"\n") + 1
             if cut == 0 and len(data) == MAX_CHUNK:
-                cut = len(data)  # one line longer than a chunk: ship it in pieces
+                if name in RECORD_SPOOLS:  # one record longer than a chunk: its range, not its bytes
+                    end = self._line_end(fh, start + len(data), size, final)
+                    if end is None:
+                        break
+                    self._send(name, start, end, b"", oversize=True)
+                    start = self.offsets[name] = end
+                    sent = True
+                    continue
+                cut = len(data)  # a log line longer than a chunk: ship it in pieces
             if cut == 0:
                 if not final:
                     break
@@ -73,9 +87,24 @@ class Follower:
             sent = True
         return sent
 
-    def _send(self, name: str, start: int, end: int, data: bytes) -> None:
-        header = json.dumps({"spool": name, "start": start, "end": end, "n": len(data)}, separators=(",", ":"))
-        self.out.write(header.encode() + b"\n" + data)
+    @staticmethod
+    def _line_end(fh: BinaryIO, at: int, size: int, final: bool) -> Optional[int]:
+        """The offset just past the newline ending the line that goes on at ``at``; ``size`` for a run that
+        has ended without one; None while it is still being written."""
+        while at < size:
+            fh.seek(at)
+            block = fh.read(min(SCAN_BLOCK, size - at))
+            nl = block.find(b"\n")
+            if nl >= 0:
+                return at + nl + 1
+            at += len(block)
+        return size if final else None
+
+    def _send(self, name: str, start: int, end: int, data: bytes, oversize: bool = False) -> None:
+        header = {"spool": name, "start": start, "end": end, "n": len(data)}
+        if oversize:
+            header["oversize"] = True
+        self.out.write(json.dumps(header, separators=(",", ":")).encode() + b"\n" + data)
 
     def _line(self, obj: dict) -> None:
         self.out.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
@@ -98,7 +127,15 @@ class Follower:
         except FileNotFoundError:
             stamp = None
         if stamp != self._status_stamp or now - self._status_checked >= HEARTBEAT_S:
-            self._status = reconcile(self.run_dir) or {"state": "created"}
+            if stamp is None and not os.path.isdir(self.run_dir):
+                self._status = {"state": "failed", "failure": "run_dir_missing", "ended_at": time.time(),
+                                "message": "the run's directory %s is gone from the host" % self.run_dir,
+                                "hint": "the records received so far are kept; rerun the experiment to run it again"}
+                return self._status
+            try:
+                self._status = reconcile(self.run_dir) or {"state": "created"}
+            except OSError:  # the host cannot write the outcome (a full disk): report what is there
+                self._status = read_status(self.run_dir) or self._status or {"state": "created"}
             self._status_stamp, self._status_checked = stamp, now
         return self._status
 
@@ -131,4 +168,20 @@ class Follower:
 def follow(run_dir: str, offsets_json: Optional[str], once: bool = False) -> int:
     offsets = json.loads(offsets_json) if offsets_json else {}
     out = sys.stdout.buffer
-    return Follower(run_dir, offsets, out).run(once=once)
+    try:
+        return Follower(run_dir, offsets, out).run(once=once)
+    except Exception as exc:  # the client reads an error frame (docs/PROTOCOL.md), not a silent end of stream
+        if isinstance(exc, OSError):
+            from .failures import os_error_text
+
+            error, hint = os_error_text(exc)
+        else:
+            error, hint = "the runner's follow failed: %s: %s" % (type(exc).__name__, exc), ""
+        failure = "disk_full" if getattr(exc, "errno", None) in NO_SPACE else "follow_failed"
+        try:
+            out.write(b"\n" + json.dumps({"ok": False, "error": error, "hint": hint, "failure": failure}).encode()
+                      + b"\n")
+            out.flush()
+        except OSError:
+            pass
+        return 1

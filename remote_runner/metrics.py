@@ -21,25 +21,51 @@ SPOOLS = (METRICS, TELEMETRY, EVENTS, STDOUT, STDERR)
 RECORD_SPOOLS = (METRICS, TELEMETRY, EVENTS)
 
 
+def last_record(path: str, block: int = 65536) -> Optional[dict]:
+    """The last complete record (a JSON object with an int ``seq``) in ``path``, or None when there is none.
+
+    Reads backwards from the end, a block at a time, until a whole line that is
+    a record is found: a line longer than a block, or a corrupt line, never
+    hides the records before it (so the ``seq`` stays monotone).
+    """
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with fh:
+        pos = fh.seek(0, os.SEEK_END)
+        tail = b""  # bytes from ``pos`` up to the start of the last line already tried
+        while True:
+            cut = tail.rfind(b"\n")
+            while cut >= 0:  # tail[cut + 1:] is a whole line (or the unterminated end of the file)
+                line, tail = tail[cut + 1:], tail[:cut]
+                record = _record_of(line)
+                if record is not None:
+                    return record
+                cut = tail.rfind(b"\n")
+            if pos == 0:
+                return _record_of(tail)
+            step = min(block, pos)
+            pos -= step
+            fh.seek(pos)
+            tail = fh.read(step) + tail
+            block *= 2  # a very long line costs a few reads, not one per 64 KiB
+
+
+def _record_of(line: bytes) -> Optional[dict]:
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and type(record.get("seq")) is int else None
+
+
 def last_seq(path: str) -> int:
     """The ``seq`` of the last complete record in ``path``, or -1 when there is none."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            start = max(0, size - 65536)
-            fh.seek(start)
-            tail = fh.read()
-    except FileNotFoundError:
-        return -1
-    for line in reversed(tail.split(b"\n")):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("seq"), int):
-            return record["seq"]
-    return -1
+    record = last_record(path)
+    return record["seq"] if record is not None else -1
 
 
 class SpoolWriter:
@@ -94,11 +120,18 @@ def clean_number(value: Optional[float]) -> Optional[float]:
     return float(value)
 
 
-def append_event(run_dir: str, event: str, **fields: object) -> None:
-    """Append one record to the run's events spool.
+#: Events that end a run: a run's events spool holds at most one, its last.
+FINAL_EVENTS = ("finished", "failed", "stopped")
+
+
+def append_event(run_dir: str, event: str, **fields: object) -> bool:
+    """Append one record to the run's events spool; returns whether it was written.
 
     Rank 0 and the supervisor both append events; an exclusive lock on the file
-    makes reading the last ``seq`` and writing the next one a single step.
+    makes reading the last ``seq`` and writing the next one a single step.  A
+    final event (``FINAL_EVENTS``) after one is already there is not written
+    again: whoever records a run's end (the supervisor, ``stop``, a follower's
+    reconcile that could not replace status.json) may try more than once.
     """
     import fcntl
 
@@ -106,7 +139,25 @@ def append_event(run_dir: str, event: str, **fields: object) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        record = dict(fields, event=event, seq=last_seq(path) + 1, t=round(time.time(), 6))
-        os.write(fd, _encode(record))
+        last = last_record(path) or {}
+        if event in FINAL_EVENTS and last.get("event") in FINAL_EVENTS:
+            return False
+        record = _encode(dict(fields, event=event, seq=last.get("seq", -1) + 1, t=round(time.time(), 6)))
+        _write_all(fd, record, run_dir)
+        return True
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _write_all(fd: int, data: bytes, run_dir: str) -> None:
+    """Write all of ``data``; on a full disk the run's reserve is freed once to make room for it."""
+    from .status import NO_SPACE, release_reserve
+
+    view, freed = memoryview(data), False
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except OSError as exc:
+            if exc.errno not in NO_SPACE or freed or not release_reserve(run_dir):
+                raise
+            freed = True

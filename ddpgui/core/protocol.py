@@ -19,14 +19,27 @@ class ProtocolError(ValueError):
     """The follow stream is not in the documented framing (a runner of another version?)."""
 
 
+class RunnerFailed(ProtocolError):
+    """The runner's follow stopped with its own error (``{"ok": false, "error": ..., "hint": ...}``)."""
+
+    def __init__(self, message: str, hint: str = "", failure: str | None = None):
+        super().__init__(message)
+        self.hint, self.failure = hint, failure
+
+
 @dataclass(frozen=True)
 class Chunk:
-    """Bytes ``[start, end)`` of one spool; ``data`` holds whole lines."""
+    """Bytes ``[start, end)`` of one spool; ``data`` holds whole lines.
+
+    ``oversize``: the range is one record line too long to ship (``data`` is empty);
+    the store counts it as one corrupt line and moves its offset past it.
+    """
 
     spool: str
     start: int
     end: int
     data: bytes
+    oversize: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,7 @@ class FollowDecoder:
                 del self._buf[:n]
                 h = self._pending
                 self._pending = None
-                out.append(Chunk(h["spool"], h["start"], h["end"], body))
+                out.append(Chunk(h["spool"], h["start"], h["end"], body, bool(h.get("oversize"))))
                 continue
             nl = self._buf.find(b"\n")
             if nl < 0:
@@ -79,6 +92,8 @@ class FollowDecoder:
                 obj = json.loads(line)
             except ValueError as exc:
                 raise ProtocolError(f"not a follow frame: {line[:200]!r}") from exc
+            if not isinstance(obj, dict):
+                raise ProtocolError(f"not a follow frame: {line[:200]!r}")
             if "spool" in obj:
                 if obj["spool"] not in SPOOLS or not isinstance(obj.get("n"), int):
                     raise ProtocolError(f"bad chunk header: {obj!r}")
@@ -87,6 +102,8 @@ class FollowDecoder:
                 out.append(Heartbeat(float(obj["hb"]), obj.get("state")))
             elif "end" in obj:
                 out.append(End(bool(obj["end"]), obj.get("status") or {}, obj.get("offsets") or {}))
+            elif obj.get("ok") is False and "error" in obj:
+                raise RunnerFailed(str(obj["error"]), str(obj.get("hint") or ""), obj.get("failure"))
             else:
                 raise ProtocolError(f"unknown follow frame: {obj!r}")
 

@@ -573,7 +573,7 @@ class RunStore:
         return StoreCorruptError(
             f"the run store {self.path} cannot be read ({exc}). Move it aside (for example rename it to "
             f"{self.path.name}.broken) and start ddpgui again: a new, empty store is created; the runs on "
-            f"your hosts are still there and can be followed again.")
+            f"your hosts are still there: take them back, every point, with `ddpgui adopt HOST`.")
 
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
@@ -854,7 +854,10 @@ class RunStore:
             for chunk in chunks:
                 if chunk.spool not in SPOOLS:
                     raise ValueError(f"not a spool of the protocol: {chunk.spool!r}")
-                if len(chunk.data) not in (chunk.end - chunk.start, chunk.end - chunk.start + 1):
+                if chunk.oversize and chunk.data:
+                    raise ValueError(f"{chunk.spool}: an oversize chunk carries no bytes")
+                if not chunk.oversize and len(chunk.data) not in (chunk.end - chunk.start,
+                                                                  chunk.end - chunk.start + 1):
                     raise ValueError(f"{chunk.spool}: chunk [{chunk.start}, {chunk.end}) holds {len(chunk.data)} bytes")
                 cursor = cursors.get(chunk.spool)
                 if cursor is None:
@@ -872,6 +875,14 @@ class RunStore:
                         raise StoreGapError(run_id, node, chunk.spool, stored[0] if stored else 0, chunk.start)
                     data = data[offset - chunk.start:]  # overlaps what is stored: keep only the new lines
                 cursor[0] = chunk.end
+                if chunk.oversize:  # one record line too long to ship: counted once, the offset moves past it
+                    result.corrupt += 1
+                    message = (f"skipped an oversize line ({chunk.end - chunk.start} bytes) in {chunk.spool} "
+                               f"at byte {chunk.start}")
+                    warning = {"event": "warning", "message": message, "source": "client", "spool": chunk.spool,
+                               "offset": chunk.start, "lines": 1, "oversize": True, "node": node, "t": time.time()}
+                    events.append((run_id, node, CLIENT_SEQ, warning["t"], "warning", "client", json.dumps(warning)))
+                    continue
                 if chunk.spool not in RECORD_SPOOLS:
                     logs.setdefault(chunk.spool, []).append(data)
                     continue
