@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 
 from remote_runner.config import (BACKENDS, COMPILE_MODES, INFERENCE_PRECISIONS, OPTIMIZERS, PRECISIONS, WORKLOADS,
@@ -18,18 +19,20 @@ from remote_runner.config import (BACKENDS, COMPILE_MODES, INFERENCE_PRECISIONS,
 
 from .cli_compare import add_compare_command
 from .cli_hosts import add_host_commands, env_pair, open_cli_target
+from .cli_output import EXIT_INTERRUPTED, run_command, terminal_text
+from .core import launches
 from .core.errors import describe
 from .core.hosts import HostError, HostNotFound, HostStore
 from .core.live import LiveRun, format_duration, format_rate, progress_line
 from .core.manager import RunManager, RunUpdate
 from .core.multinode import node_states
-from .core.runs import make_config
+from .core.runs import make_config, settings_text
 from .core.secrets import SecretsUnavailable
 from .core.store import RunRecord, RunStore, StoreError
 from .core.sweeps import SweepError
 from .core.targets.base import TargetError
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
 _STATE_EXIT = {"finished": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_STOPPED}
 
 
@@ -125,6 +128,14 @@ def _launch_nodes(manager: RunManager, args: argparse.Namespace, cfg) -> RunReco
 def cmd_follow(args: argparse.Namespace) -> int:
     with _manager(args) as manager:
         record = _find_run(manager.store, args.run)
+        if record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
+            print(f"run {record.id} is being launched by {launches.being_launched(record)}; waiting for it to start",
+                  file=sys.stderr)
+        while record.state == "launching" and not record.run_dirs:  # until its launcher started it, or is gone
+            record = launches.settle(manager.store, record)
+            if record.state == "launching":
+                time.sleep(0.5)
+                record = manager.store.get_run(record.id)
         if record.active:
             manager.follow(record.id)
         return follow_live(manager, record.id)
@@ -132,6 +143,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     with RunStore() as store:
+        launches.settle_all(store)  # a launch whose app was closed mid-way is shown as such, not as "launching"
         runs = store.list_runs(state=args.state, host=args.host, tag=args.tag, text=args.text)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in runs], indent=1))
@@ -164,8 +176,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                                                                            else "") + f"   dir {node.run_dir}")
         if record.hint:
             print(f"  hint        {record.hint}")
-        print(f"  settings    {cfg.get('workload')} x{cfg.get('nproc_per_node')} {cfg.get('precision')} "
-              f"compile={cfg.get('compile')} batch={cfg.get('batch_size')}")
+        print(f"  settings    {settings_text(cfg)}")
         print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
         for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
             if record.summary.get(key) is not None:
@@ -185,16 +196,27 @@ def cmd_stop(args: argparse.Namespace) -> int:
         if not record.active:
             print(f"run {record.id} is already {record.state}")
             return EXIT_OK
-        manager.stop(record.id)
-        record = manager.wait(record.id, timeout=60)
-        print(f"run {record.id} {record.state}")
+        record = manager.stop(record.id)
+        try:
+            record = manager.wait(record.id, timeout=60)
+        except TimeoutError:
+            raise CLIError(f"run {record.id} did not report its end within 60 s of the stop (still {record.state} in "
+                           "the run store)", f"look at it with: ddpgui show {record.id}; ddpgui follow {record.id} "
+                           "picks up its end once the host reports it") from None
+        print(f"run {record.id} {record.state}" + (f": {record.message}" if record.message else ""))
         return EXIT_OK
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with _manager(args) as manager:
         record = _find_run(manager.store, args.run)
-        where = "" if args.keep_remote else f" and its directory {record.run_dirs.get(0, '')} on {record.host}"
+        if not record.run_dirs:
+            where = " (it has no run directory on a host: its launch never finished)"
+        elif args.keep_remote:
+            where = ""
+        else:
+            where = f" and its director{'ies' if len(record.run_dirs) > 1 else 'y'} " + ", ".join(
+                f"{d} on {record.hosts[int(n)]}" for n, d in sorted(record.run_dirs.items()))
         if not args.yes:
             if not sys.stdin.isatty():
                 raise CLIError(f"deleting run {record.id} needs confirmation", "pass --yes to delete without asking")
@@ -405,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_command(sub)
     from .cli_sweep import add_sweep_commands
     add_sweep_commands(sub)
+    from .cli_adopt import add_adopt_command
+    add_adopt_command(sub)
     return parser
 
 
@@ -418,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "script_args"):
             parser.error(f"unexpected arguments after --: {' '.join(script_args)}")
         args.script_args = [*args.script_args, *script_args]
+    return run_command(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except (ConfigError, CLIError, HostError, HostNotFound, SweepError) as exc:
@@ -429,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
 def _report(exc: Exception, code: int) -> int:
     """Print what went wrong and what to do (the hint on a line of its own); returns ``code``."""
     message, hint = describe(exc)
-    print(f"ddpgui: {message}", file=sys.stderr)
+    print(f"ddpgui: {terminal_text(message, multiline=True)}", file=sys.stderr)
     if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+        print(f"hint: {terminal_text(hint, multiline=True)}", file=sys.stderr)
     return code
