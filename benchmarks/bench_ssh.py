@@ -1,4 +1,5 @@
-"""Issues 3 and 4 over a real sshd on loopback: launch overhead, write→commit latency, stream throughput."""
+"""Over a real sshd on loopback: launch overhead, write→commit latency, stream throughput, and upload
+rates over SFTP vs the exec-channel fallback of hosts without SFTP."""
 from __future__ import annotations
 
 import getpass
@@ -18,16 +19,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 
-def _start_sshd(root: Path):
+def _start_sshd(root: Path, name: str = "bench", sftp: bool = True):
     """The test suite's loopback sshd (tests/ssh/conftest.py), logging in as us with a key."""
     from ssh.conftest import SSHServer, _free_port, _keygen, _sshd_config
 
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    key = _keygen(root / "id_bench")
-    (root / "authorized_keys").write_text(key.with_suffix(".pub").read_text())
-    host_key = _keygen(root / "host_ed25519")
+    key = root / "id_bench"
+    if not key.exists():
+        _keygen(key)
+        (root / "authorized_keys").write_text(key.with_suffix(".pub").read_text())
+    host_key = _keygen(root / f"host_{name}_ed25519")
     port = _free_port()
-    server = SSHServer("bench", port, _sshd_config(root, "bench", port, [host_key]), root / "sshd.log", [host_key])
+    server = SSHServer(name, port, _sshd_config(root, name, port, [host_key], sftp=sftp), root / f"sshd_{name}.log",
+                       [host_key])
     server.start()
     return server, key
 
@@ -172,6 +176,57 @@ def throughput(root: Path, manager, store, n: int = 300_000) -> list[Row]:
                 f"{stored} records, {tmp.stat().st_size / 1e6:.0f} MB")]
 
 
+def _spread(values: list[float]) -> str:
+    return f"min {min(values):.1f}, max {max(values):.1f}"
+
+
+def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int = 7) -> list[Row]:
+    """Upload of one file over SFTP vs over the exec-channel fallback (an sshd without SFTP), interleaved."""
+    from ddpgui.core.host_keys import KnownHosts
+    from ddpgui.core.hosts import HostProfile, HostStore
+    from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+
+    plain, _ = _start_sshd(root, "nosftp", sftp=False)
+    try:
+        (root / "known_hosts_xfer").write_text(server.known_hosts_lines() + plain.known_hosts_lines())
+        known = KnownHosts(shared_files=[root / "known_hosts_xfer"], app_file=root / "app_known_hosts_xfer")
+        hosts = HostStore(root / "hosts_xfer.json")
+        targets = {}
+        for name, srv in (("sftp", server), ("exec", plain)):
+            hosts.add(HostProfile(name=name, hostname="127.0.0.1", port=srv.port, user=getpass.getuser(),
+                                  auth="key", key_file=str(key), python=sys.executable,
+                                  run_root=str(root / f"xfer {name}")))
+            targets[name] = SSHTarget(hosts.get(name), SSHConnection(hosts.route(name), known_hosts=known))
+        data = os.urandom(size)
+        rates: dict[str, list[float]] = {"sftp": [], "exec": []}
+        command_ms: list[float] = []
+        for name, target in targets.items():  # connect, and find out about SFTP, before timing
+            target.makedirs(target.run_root())
+            target.write_file(os.path.join(target.run_root(), "warm"), b"x")
+        assert targets["exec"].connection.sftp_offered is False and targets["sftp"].connection.sftp_offered
+        for i in range(repeats):
+            for name in (("sftp", "exec") if i % 2 == 0 else ("exec", "sftp")):
+                target = targets[name]
+                started = time.perf_counter()
+                target.write_file(os.path.join(target.run_root(), "blob"), data, 0o600)
+                rates[name].append(size / 1e6 / (time.perf_counter() - started))
+            started = time.perf_counter()
+            targets["exec"].exec(["true"])
+            command_ms.append((time.perf_counter() - started) * 1000)
+        for target in targets.values():
+            target.close()
+    finally:
+        plain.stop()
+    sftp, exec_ = median(rates["sftp"]), median(rates["exec"])
+    return [Row(f"upload {size / 2**20:.0f} MiB over SFTP (loopback)", sftp, "MB/s",
+                note=f"median of {repeats}; {_spread(rates['sftp'])}"),
+            Row(f"upload {size / 2**20:.0f} MiB over exec channel (no SFTP)", exec_, "MB/s",
+                note=f"median of {repeats}; {_spread(rates['exec'])}; sha256-checked, renamed"),
+            Row("exec-channel / SFTP upload rate", exec_ / sftp, "x", note="interleaved, one run"),
+            Row("one exec channel running `true` (fixed cost per transfer)", median(command_ms), "ms",
+                note=_spread(command_ms))]
+
+
 def run() -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -179,7 +234,8 @@ def run() -> list[Row]:
         server, key = _start_sshd(root)
         manager, store = _manager(root, server, key)
         try:
-            return launch_overhead(root, manager) + latency(root, manager, store) + throughput(root, manager, store)
+            return (launch_overhead(root, manager) + latency(root, manager, store) + throughput(root, manager, store)
+                    + transfer_rates(root, server, key))
         finally:
             manager.close()
             store.close()

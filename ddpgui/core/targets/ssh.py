@@ -516,7 +516,9 @@ class SSHConnection:
 
 def _feed(chan: paramiko.Channel, data: bytes) -> None:
     try:
-        chan.sendall(data)
+        view = memoryview(data)
+        for start in range(0, len(data), 1 << 16):  # paramiko's sendall copies what is left after every packet
+            chan.sendall(bytes(view[start:start + (1 << 16)]))
         chan.shutdown_write()
     except (OSError, EOFError, paramiko.SSHException):
         pass  # the command ended or the link dropped: the reader reports it
