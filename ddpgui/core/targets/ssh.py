@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import getpass
 import logging
-import os
 import posixpath
 import select
 import shlex
@@ -18,17 +17,19 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import paramiko
-from paramiko.auth_strategy import AuthSource, InMemoryPrivateKey, Password
 
 from .. import secrets
-from ..host_keys import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts, fingerprint
-from ..hosts import Hop, HostProfile, KeyFileError, KeyNeedsPassphrase, WrongPassphrase, load_private_key
+from ..host_keys import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts
+from ..hosts import Hop, HostProfile
 from . import ssh_files
 from .base import CommandResult, ConnectionLost, Stream, Target, TargetError
+from .ssh_auth import AskSecret, AuthenticationFailed, HopAuth, SecretRequest
+
+__all__ = ["AskSecret", "AuthenticationFailed", "CommandTimeout", "HostUnreachable", "SFTPUnavailable",
+           "SSHConnection", "SSHTarget", "SecretRequest"]
 
 CONNECT_TIMEOUT_S = 10.0
 #: Seconds of silence after which a keepalive is sent; with TCP_USER_TIMEOUT a dead link errors out.
@@ -41,28 +42,12 @@ RECONNECT_ATTEMPTS = 4
 BACKOFF_S = 0.5
 
 
-@dataclass(frozen=True)
-class SecretRequest:
-    """A secret the connection needs and did not find in the keyring."""
-
-    profile: str
-    kind: str  # secrets.PASSWORD or secrets.PASSPHRASE
-    prompt: str
-
-
-AskSecret = Callable[[SecretRequest], str | None]
-
-
 class HostUnreachable(TargetError):
     """No SSH connection could be made (refused, timed out, unreachable); worth retrying later."""
 
 
 class SFTPUnavailable(TargetError):
     """The host refused the SFTP subsystem while the connection stayed up (the file primitives fall back)."""
-
-
-class AuthenticationFailed(TargetError):
-    """The host refused every login method that was tried."""
 
 
 class CommandTimeout(TargetError, subprocess.TimeoutExpired):
@@ -74,126 +59,6 @@ class CommandTimeout(TargetError, subprocess.TimeoutExpired):
 
     def __str__(self) -> str:
         return f"{self.args[0]} — {self.hint}"
-
-
-def _describe(source: AuthSource) -> str:
-    if isinstance(source, _KeyFile):
-        return f"key file {source.path}"
-    if isinstance(source, InMemoryPrivateKey):
-        return f"ssh-agent key {source.pkey.get_name()} {fingerprint(source.pkey)}"
-    if isinstance(source, _KeyboardInteractive):
-        return "keyboard-interactive password"
-    return "password"
-
-
-class _KeyFile(InMemoryPrivateKey):
-    def __init__(self, username: str, path: str, pkey: paramiko.PKey):
-        super().__init__(username, pkey)
-        self.path = path
-
-
-class _KeyboardInteractive(AuthSource):
-    """A password given to keyboard-interactive prompts (hosts that turned plain password auth off)."""
-
-    def __init__(self, username: str, password_getter: Callable[[], str]):
-        super().__init__(username)
-        self.password_getter = password_getter
-
-    def authenticate(self, transport: paramiko.Transport) -> list[str]:
-        password = self.password_getter()
-        return transport.auth_interactive(self.username, lambda title, instr, prompts: [password] * len(prompts))
-
-
-class _HopAuth(paramiko.AuthStrategy):
-    """The login methods of one hop, in order; records what was tried for the error message."""
-
-    def __init__(self, conn: SSHConnection, hop: Hop, user: str):
-        super().__init__(ssh_config=paramiko.SSHConfig())
-        self.conn, self.hop, self.user = conn, hop, user
-        self.tried: list[str] = []
-        self.allowed: list[str] = []
-        self.used = ""
-        self._agent: paramiko.Agent | None = None
-
-    def get_sources(self) -> Iterator[AuthSource]:
-        hop = self.hop
-        if hop.auth == "password":
-            def getter() -> str:
-                return self.conn._secret(hop, secrets.PASSWORD, f"Password for {self.user}@{hop.hostname}:")
-
-            # Hosts that turned plain password auth off often still take it through keyboard-interactive.
-            yield Password(self.user, getter) if "password" in self.allowed else _KeyboardInteractive(self.user, getter)
-            return
-        if hop.auth == "agent":
-            self._agent = paramiko.Agent()
-            keys = self._agent.get_keys()
-            for key in keys:
-                yield InMemoryPrivateKey(self.user, key)
-            if not keys:
-                self.tried.append("ssh-agent (not running or holding no keys: SSH_AUTH_SOCK is "
-                                  + ("set" if os.environ.get("SSH_AUTH_SOCK") else "not set") + ")")
-        if hop.key_file:
-            yield _KeyFile(self.user, hop.key_file, self._load_key(hop.key_file))
-
-    def _load_key(self, path: str) -> paramiko.PKey:
-        try:
-            return load_private_key(path)
-        except KeyNeedsPassphrase:
-            pass
-        except KeyFileError as exc:
-            raise TargetError(str(exc), f"check the key file of host profile {self.hop.secrets_profile!r}",
-                              field="key_file") from None
-        passphrase = self.conn._secret(self.hop, secrets.PASSPHRASE, f"Passphrase for key {path}:")
-        try:
-            return load_private_key(path, passphrase)
-        except WrongPassphrase:
-            self.conn._forget(self.hop, secrets.PASSPHRASE)
-            raise TargetError(f"wrong passphrase for key file {path}",
-                              f"store the right one: ddpgui hosts edit {self.hop.secrets_profile} --set-secret",
-                              field="key_file") from None
-
-    def authenticate(self, transport: paramiko.Transport) -> list:
-        try:
-            transport.auth_none(self.user)
-            self.used = "none"
-            return []
-        except paramiko.BadAuthenticationType as exc:
-            self.allowed = list(exc.allowed_types)
-        try:
-            for source in self.get_sources():
-                method = ("password" if isinstance(source, Password) else
-                          "keyboard-interactive" if isinstance(source, _KeyboardInteractive) else "publickey")
-                if method not in self.allowed:
-                    self.tried.append(f"{_describe(source)} (the server does not accept {method})")
-                    continue
-                try:
-                    source.authenticate(transport)
-                except paramiko.AuthenticationException:
-                    self.tried.append(f"{_describe(source)} (rejected)")
-                    if isinstance(source, (Password, _KeyboardInteractive)):
-                        self.conn._forget(self.hop, secrets.PASSWORD)
-                    continue
-                except paramiko.SSHException as exc:
-                    self.tried.append(f"{_describe(source)} ({exc})")
-                    continue
-                if transport.is_authenticated():
-                    self.used = _describe(source)
-                    return []
-        finally:
-            if self._agent is not None:
-                self._agent.close()
-        raise AuthenticationFailed(
-            f"authentication as {self.user}@{self.hop.hostname} failed; tried: {', '.join(self.tried) or 'nothing'};"
-            f" the server accepts: {', '.join(self.allowed)}", self._hint())
-
-    def _hint(self) -> str:
-        name = self.hop.secrets_profile
-        if self.hop.auth == "password":
-            return f"check the user name and the password stored for {name!r} (ddpgui hosts edit {name} --set-secret)"
-        if self.hop.auth == "agent":
-            return ("add your key to the agent (ssh-add) or choose a key file, and check that its public key is in "
-                    "~/.ssh/authorized_keys on the host")
-        return f"check the user name and that the public key of {self.hop.key_file} is in ~/.ssh/authorized_keys there"
 
 
 class SSHConnection:
@@ -320,7 +185,7 @@ class SSHConnection:
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(ConfirmHostKeyPolicy(self.known_hosts, hop.hostname, hop.port,
                                                                 self.confirm_host_key))
-        auth = _HopAuth(self, hop, user)
+        auth = HopAuth(self, hop, user)
 
         def transport_factory(sock: object, disabled_algorithms: dict | None = None) -> paramiko.Transport:
             transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
