@@ -73,7 +73,7 @@ def debian_package(soname: str) -> str:
 
 def install_argv(packages: list[str], as_root: bool) -> list[str]:
     prefix = [] if as_root else ["sudo"]
-    return [*prefix, "apt-get", "install", "-y", "--no-install-recommends", *packages]
+    return [*prefix, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]
 
 
 def install_command(packages: list[str]) -> str:

@@ -79,7 +79,7 @@ def test_make_run_step_installs_what_is_missing_or_prints_the_command(broken_plu
     assert "needs libnot-there-x11.so.0, libxcb-notthere.so.1 (packages libnot-there-x11-0 libxcb-notthere1)" \
         in done.stdout
     if os.geteuid() == 0:
-        assert log.read_text() == "install -y --no-install-recommends libnot-there-x11-0 libxcb-notthere1\n"
+        assert log.read_text() == "install -y -qq --no-install-recommends libnot-there-x11-0 libxcb-notthere1\n"
     else:
         assert "sudo apt-get install libnot-there-x11-0 libxcb-notthere1" in done.stdout or log.exists()
 
