@@ -103,7 +103,7 @@ def _quiet_stdout() -> None:
 
 def run_command(func: Callable[[], int]) -> int:
     """Run one CLI command: Ctrl-C anywhere → exit 130 with one line, a closed stdout → exit quietly."""
-    pass  # honour_ctrl_c()
+    honour_ctrl_c()
     configure_logging()
     try:
         code = func()

@@ -14,8 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from .cli import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STOPPED, SCALAR_SETTINGS, CLIError, _manager,
+from .cli import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, SCALAR_SETTINGS, CLIError, _manager,
                   _settings, add_launch_settings, find_one)
+from .cli_output import EXIT_INTERRUPTED, terminal_text
 from .core.live import format_duration, format_rate, progress_bar
 from .core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from .core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
@@ -68,11 +69,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with _manager(args) as manager, SweepRunner(manager) as runner:
         sweep = runner.create(spec)
         cells = manager.store.sweep_cells(sweep.id)
-        print(f"sweep {sweep.name!r} ({sweep.id}): {len(cells)} runs on {', '.join(sweep.hosts)}, "
-              f"{'in parallel where the host has room' if sweep.parallel else 'one at a time per host'}",
-              file=sys.stderr)
-        print(f"  seeds: {sweep.seeds}", file=sys.stderr)
-        return _watch(runner, sweep.id)
+        intro = (f"sweep {terminal_text(repr(sweep.name))} ({sweep.id}): {len(cells)} runs on "
+                 f"{terminal_text(', '.join(sweep.hosts))}, "
+                 f"{'in parallel where the host has room' if sweep.parallel else 'one at a time per host'}\n"
+                 f"  seeds: {sweep.seeds}")
+        return _watch(runner, sweep.id, intro=intro)
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
@@ -85,8 +86,7 @@ def _resume(args: argparse.Namespace, text: str) -> int:
         if sweep.state in ("done", "failed"):
             print(f"sweep {sweep.id} has ended ({sweep.state}): nothing to resume", file=sys.stderr)
             return _report(manager.store, sweep)
-        print(f"resuming sweep {sweep.name!r} ({sweep.id})", file=sys.stderr)
-        return _watch(runner, sweep.id)
+        return _watch(runner, sweep.id, intro=f"resuming sweep {terminal_text(repr(sweep.name))} ({sweep.id})")
 
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
@@ -137,9 +137,11 @@ def find_sweep(store: RunStore, text: str) -> SweepRecord:
         return find_one(store.list_sweeps(), text, "sweep", "ddpgui sweeps")
 
 
-def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> int:
-    """Run (or resume) the sweep, printing a bar for the whole sweep and a line per ended cell; returns the
-    exit code.  Ctrl-C leaves the running cell's run going on its host and says how to resume."""
+def _watch(runner: SweepRunner, sweep_id: str, intro: str = "", line_interval_s: float = 0.5) -> int:
+    """Print ``intro``, run (or resume) the sweep, printing a bar for the whole sweep and a line per ended cell;
+    returns the exit code.  Ctrl-C at any point leaves the running cells' runs going on their hosts and says
+    how to resume; a launch in progress is finished first (so the resumed sweep follows its run), unless
+    Ctrl-C comes again."""
     lock = threading.Lock()
     ended: list[tuple[SweepCell, int]] = []
     latest: list[SweepProgress] = []
@@ -158,6 +160,8 @@ def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> 
     shown: list = []
     shown_at = 0.0
     try:
+        if intro:
+            print(intro, file=sys.stderr)
         runner.resume(sweep_id)
         while True:
             try:
@@ -178,8 +182,8 @@ def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> 
                 print(("\r\033[K" if tty else "") + _progress_line(progress), end="" if tty else "\n", flush=True)
                 shown, shown_at = cells_now, time.monotonic()
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the running cell's run goes on on its host. Resume the sweep with: "
-              f"ddpgui sweep-resume {sweep_id}", file=sys.stderr)
+        unsubscribe()
+        _detach(runner, sweep_id)
         return EXIT_INTERRUPTED
     finally:
         unsubscribe()
@@ -190,6 +194,19 @@ def _watch(runner: SweepRunner, sweep_id: str, line_interval_s: float = 0.5) -> 
     if tty:
         print()
     return _report(runner.store, sweep)
+
+
+def _detach(runner: SweepRunner, sweep_id: str) -> None:
+    """After Ctrl-C: say how to resume, let a launch in progress finish (a second Ctrl-C leaves at once)."""
+    try:
+        print(f"\ninterrupted; the running cell's run goes on on its host. Resume the sweep with: "
+              f"ddpgui sweep-resume {sweep_id}", file=sys.stderr)
+        if runner.launching(sweep_id):
+            print("finishing the launch in progress, so that the resumed sweep follows its run "
+                  "(Ctrl-C again to leave now)", file=sys.stderr)
+        runner.close()
+    except KeyboardInterrupt:
+        pass
 
 
 def _progress_line(progress: SweepProgress) -> str:

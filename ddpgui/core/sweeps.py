@@ -336,6 +336,7 @@ class SweepRunner:
         self._jobs: dict[str, _Job] = {}
         self._listeners: list[ProgressListener] = []
         self._lock = threading.Lock()
+        self._closed = False
         self._unsubscribe = manager.subscribe(self._on_run_update)
 
     # ---- listeners -----------------------------------------------------------------------
@@ -640,17 +641,26 @@ class SweepRunner:
                 raise TimeoutError(f"sweep {sweep_id} is still {sweep.state}")
             time.sleep(POLL_S)
 
+    def launching(self, sweep_id: str) -> list[int]:
+        """The indexes of the sweep's cells this runner is launching right now."""
+        job = self._jobs.get(sweep_id)
+        return sorted(job.launching) if job is not None else []
+
     def close(self) -> None:
-        """Detach from every sweep: workers end, runs go on on their hosts, each sweep stays resumable."""
+        """Detach from every sweep: workers end (a launch in progress is finished), runs go on on their hosts,
+        each sweep stays resumable.  Once called (even if interrupted while it waits), later calls return at once."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             jobs = list(self._jobs.values())
         for job in jobs:
             job.halt.set()
             job.poke()
+        self._unsubscribe()
         for job in jobs:
             if job.thread is not None:
                 job.thread.join(60)
-        self._unsubscribe()
 
     def __enter__(self) -> SweepRunner:
         return self

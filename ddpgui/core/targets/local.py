@@ -18,7 +18,7 @@ LOCAL_NAME = "local"
 class _ProcessStream(Stream):
     def __init__(self, argv: list[str]):
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL)
+                                      stderr=subprocess.DEVNULL, start_new_session=True)
         self._fd = self._proc.stdout.fileno()
 
     def read(self, timeout: float) -> bytes:
@@ -48,7 +48,9 @@ class LocalTarget(Target):
 
     def exec(self, argv: list[str], stdin: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
         try:
-            proc = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
+            # Its own session: the terminal's Ctrl-C (sent to the whole foreground process group) interrupts the
+            # CLI, which then detaches, and must not kill a launch half-way in this child.
+            proc = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, start_new_session=True)
         except FileNotFoundError as exc:
             return CommandResult(127, b"", str(exc).encode())
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
