@@ -85,7 +85,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if status is not None:
         return _refuse("run %s was already launched (state %s)" % (run_dir, status.get("state")),
                        "use rerun to start it again")
-    pid = start(run_dir)
+    pid = start(run_dir, args.profile)
     _print({"ok": True, "pid": pid, "run_dir": run_dir})
     return 0
 
@@ -253,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "launch":
             p.add_argument("--new", action="store_true",
                            help="create RUN_DIR (refused when it exists) with the config.json read from stdin")
+            p.add_argument("--profile", default=None, help="the client's name for this host (kept in status.json)")
     p = sub.add_parser("runs", help="list the run directories under RUN_ROOT/runs with config and status")
     p.add_argument("run_root")
     p.set_defaults(func=cmd_runs)

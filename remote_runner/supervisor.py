@@ -72,10 +72,14 @@ def endpoint_port(endpoint: str) -> int:
     return int(endpoint.rsplit(":", 1)[1])
 
 
-def start(run_dir: str) -> int:
-    """Start the supervisor for ``run_dir`` detached from the caller; returns its pid."""
+def start(run_dir: str, profile: Optional[str] = None) -> int:
+    """Start the supervisor for ``run_dir`` detached from the caller; returns its pid.
+
+    ``host`` (this machine) and ``profile`` (the client's name for it) say, in a run root
+    that several machines share, which one runs it.
+    """
     # Written before the supervisor exists: it then only adds to it, so no update is lost.
-    write_status(run_dir, state="starting", started_at=time.time(), host=this_host())
+    write_status(run_dir, state="starting", started_at=time.time(), host=this_host(), profile=profile)
     reserve_space(run_dir)  # room for the run's last events and status should its disk fill up
     log = open(os.path.join(run_dir, "supervisor.log"), "ab")
     try:

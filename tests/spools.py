@@ -26,3 +26,12 @@ def wait_for(predicate, timeout=120.0, interval=0.1):
             return True
         time.sleep(interval)
     return False
+
+
+def assert_stored_as_on_host(store, record, spools=("metrics.jsonl", "telemetry.jsonl", "events.jsonl")):
+    """Every record of every node's spools stored exactly as the host wrote it (the metrics not empty)."""
+    for node, run_dir in record.run_dirs.items():
+        for spool in spools:
+            if os.path.exists(os.path.join(run_dir, spool)):
+                assert store.records(record.id, spool, node) == host_records(run_dir, spool), (node, spool)
+    assert store.records(record.id)

@@ -89,11 +89,12 @@ def adopt_runs(manager: RunManager, hosts: list[str], follow: bool = True) -> Ad
 
 def _pick(dirs: list[_NodeDir], node: int, hosts: list[str]) -> _NodeDir:
     """The host to follow (and stop) node ``node`` through when several see its directory (a shared run root):
-    the machine its status names, and among those the host named at position ``node`` (hosts are named in
-    node order)."""
+    the machine its status names, among those the profile that launched it, else the host named at position
+    ``node`` (hosts are named in node order)."""
     ran_there = [d for d in dirs if (d.status or {}).get("host") in (None, d.machine)] or dirs
+    launcher = [d for d in ran_there if (d.status or {}).get("profile") == d.host]
     by_position = [d for d in ran_there if node < len(hosts) and d.host == hosts[node]]
-    return (by_position or ran_there)[0]
+    return (launcher or by_position or ran_there)[0]
 
 
 def _create(manager: RunManager, run_id: str, nodes: dict[int, _NodeDir]) -> RunRecord:

@@ -14,7 +14,7 @@ from ddpgui.core.hosts import HostStore
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
-from spools import host_records, wait_for
+from spools import assert_stored_as_on_host, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,6 @@ def _delete_store(path):
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(f"{path}{suffix}"):
             os.unlink(f"{path}{suffix}")
-
-
-def assert_same_as_host(store, record):
-    for node, run_dir in record.run_dirs.items():
-        for spool in SPOOLS:
-            if os.path.exists(os.path.join(run_dir, spool)):
-                assert store.records(record.id, spool, node) == host_records(run_dir, spool), (node, spool)
-    assert store.records(record.id)  # the metrics are there
 
 
 def test_adopt_takes_back_ended_and_live_runs_after_the_store_is_gone(tmp_path):
@@ -60,14 +52,14 @@ def test_adopt_takes_back_ended_and_live_runs_after_the_store_is_gone(tmp_path):
             assert (again.state, again.last_step, again.name, again.tags) == ("finished", 25, "ended one", ["a"])
             assert again.run_dirs == ended.run_dirs and again.config == ended.config
             assert again.summary == ended.summary
-            assert_same_as_host(store, again)
+            assert_stored_as_on_host(store, again)
 
             # The live run is followed live: points keep arriving, and it can be stopped through its new record.
             assert wait_for(lambda: (store.get_run(live.id).last_step or 0) >= 20, timeout=120)
             manager.stop(live.id)
             stopped = manager.wait(live.id, timeout=120)
             assert stopped.state == "stopped"
-            assert_same_as_host(store, stopped)
+            assert_stored_as_on_host(store, stopped)
             counts = {r: {s: len(store.records(r, s)) for s in SPOOLS} for r in (ended.id, live.id)}
 
             # Adopting again adds nothing.
@@ -97,7 +89,7 @@ def test_cli_adopt_after_the_store_was_moved_aside(tmp_path):
     with RunStore(tmp_path / "data" / "runs.sqlite3") as store:
         [after] = store.list_runs()
         assert (after.id, after.state, after.last_step) == (before.id, "finished", 30)
-        assert_same_as_host(store, after)
+        assert_stored_as_on_host(store, after)
     twice = _cli(["adopt", "local", "--json"], env)
     assert twice.returncode == 0, twice.stderr
     assert json.loads(twice.stdout) == {"adopted": [], "known": [before.id], "skipped": []}

@@ -11,11 +11,12 @@ import threading
 
 import pytest
 
+from ddpgui.core.adopt import adopt_runs
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner.status import read_status
-from spools import host_records
+from spools import assert_stored_as_on_host, host_records
 
 pytestmark = pytest.mark.slow
 
@@ -108,3 +109,37 @@ def test_single_node_runs_through_both_hosts_at_once_do_not_collide(shared):
     assert open(os.path.join(first.run_dirs[0], "config.json"), "rb").read() == config
     assert clients[0].wait(first.id, timeout=300).state == "finished"
     assert clients[1].store.get_run(same["run_id"]).state == "failed"
+
+
+def test_adopt_over_ssh_takes_back_a_two_node_run_as_one_and_a_single_node_run(shared):
+
+    client = shared("a")
+    two = client.wait(client.launch_nodes(["s0", "s1"], dict(SMALL, steps=12)).id, timeout=300)
+    one = client.wait(client.launch("s1", dict(SMALL, steps=8)).id, timeout=300)
+    assert (two.state, one.state) == ("finished", "finished")
+
+    other = shared("b")  # another computer (or the same one after its store was lost): an empty store
+    result = adopt_runs(other, ["s0", "s1"])
+    assert sorted(r.id for r in result.adopted) == sorted([two.id, one.id]) and not result.skipped
+    for before in (two, one):
+        after = other.wait(before.id, timeout=120)
+        assert (after.state, after.last_step, after.hosts, after.run_dirs) == \
+            ("finished", before.total_steps, before.hosts, before.run_dirs)
+        assert after.config == before.config
+        assert_stored_as_on_host(other.store, after)
+        for node in after.run_dirs:
+            assert other.store.records(after.id, "telemetry.jsonl", node)
+    assert adopt_runs(other, ["s0", "s1"]).adopted == []
+
+    # Node 1's directory elsewhere (its host has its own run root) and only node 0's host named: the run is not
+    # half-adopted, and the message says to name every host of the run.
+    node1, away = two.run_dirs[1], os.path.join(shared.root, "elsewhere")
+    os.rename(node1, away)
+    try:
+        third = shared("c")
+        partial = adopt_runs(third, ["s0"])
+    finally:
+        os.rename(away, node1)
+    assert [r.id for r in partial.adopted] == [one.id]
+    [(where, why)] = [s for s in partial.skipped if two.id in s[1]]
+    assert "node(s) 1 are not on the hosts named" in why and "naming every host of the run" in why

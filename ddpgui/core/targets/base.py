@@ -223,7 +223,7 @@ class Target(ABC):
         (or two hosts sharing a run root) can never overwrite each other's run.
         """
         run_dir = self.run_dir(config.run_id, config.node_rank if config.nnodes > 1 else None)
-        reply = self._runner_json("launch", run_dir, "--new", stdin=config.to_json().encode())
+        reply = self._runner_json("launch", run_dir, "--new", "--profile", self.name, stdin=config.to_json().encode())
         return LaunchResult(run_dir=reply["run_dir"], pid=int(reply["pid"]), uploaded_bytes=0)
 
     def list_runs(self) -> dict:
