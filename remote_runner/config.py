@@ -122,7 +122,7 @@ class RunConfig:
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise ConfigError(lengths[1], "give the length as one of steps, epochs or minutes, not %s" % " and ".join(lengths))
-        if not lengths:
+        if not lengths and self.mode != "script":  # a script's length is its own: unknown unless given
             self.steps = 200
         for name in ("steps", "epochs"):
             value = getattr(self, name)

@@ -102,6 +102,18 @@ class LiveRun:
         return max(0.0, (self.last_t or time.time()) - self.started_t)
 
     @property
+    def length_known(self) -> bool:
+        """Whether the run's length was given (a script's is unknown unless the user gave steps or minutes)."""
+        return bool(self.total_steps or self.total_minutes)
+
+    @property
+    def steps_per_s(self) -> float | None:
+        """Steps per second since the first record (start-up excluded)."""
+        if self.first_metric and self.last_t and self.last_t > self.first_metric[0]:
+            return (self.step - self.first_metric[1]) / (self.last_t - self.first_metric[0])
+        return None
+
+    @property
     def fraction(self) -> float | None:
         """How much of the run is done (0..1), when its length is known."""
         if self.total_steps:
@@ -172,11 +184,15 @@ def progress_bar(fraction: float | None, width: int = 20) -> str:
 
 
 def progress_line(live: LiveRun, width: int = 20) -> str:
-    """One line: bar, step/total, loss, throughput, device use, ETA."""
+    """One line: bar, step/total, loss, throughput, device use, ETA (without a known length: steps and rate)."""
     bar = progress_bar(live.fraction, width)
     total = f"/{live.total_steps}" if live.total_steps else ""
     loss = f"{live.loss:.4f}" if live.loss is not None else "-"
-    parts = [f"{bar}step {live.step}{total}", f"loss {loss}", format_rate(live.samples_per_s, "samples/s")]
+    if live.samples_per_s is None and live.steps_per_s is not None:  # a script that prints no throughput
+        rate = format_rate(live.steps_per_s, "steps/s")
+    else:
+        rate = format_rate(live.samples_per_s, "samples/s")
+    parts = [f"{bar}step {live.step}{total}", f"loss {loss}", rate]
     if live.tokens_per_s is not None:
         parts.append(format_rate(live.tokens_per_s, "tok/s"))
     if live.gpus:
@@ -185,5 +201,8 @@ def progress_line(live: LiveRun, width: int = 20) -> str:
     elif live.proc_cpu_pct is not None:
         rss = f" rss {live.rss_gib:.2f} GiB" if live.rss_gib is not None else ""
         parts.append(f"CPU {live.proc_cpu_pct:.0f}%{rss}")
-    parts.append(f"ETA {format_duration(live.eta_s)}")
+    if live.length_known:
+        parts.append(f"ETA {format_duration(live.eta_s)}")
+    else:
+        parts.append(f"elapsed {format_duration(live.elapsed_s)}")
     return "  ".join(parts)

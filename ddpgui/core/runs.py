@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 
 from remote_runner.config import RunConfig, config_from_dict
@@ -16,8 +17,20 @@ def new_run_id() -> str:
 
 
 def default_name(cfg: RunConfig) -> str:
-    what = cfg.workload if cfg.mode != "script" else (cfg.script.entry if cfg.script else "script")
-    return f"{what} {cfg.world_size}x {cfg.precision} compile={cfg.compile}"
+    if cfg.mode == "script":  # precision and compile are the script's own business
+        return f"{cfg.script.entry if cfg.script else 'script'} {cfg.world_size}x"
+    return f"{cfg.workload} {cfg.world_size}x {cfg.precision} compile={cfg.compile}"
+
+
+def settings_text(config: dict) -> str:
+    """What a run ran, in one line: ``mlp ×2 fp32 compile=off batch=32`` or ``script train.py ×2 (args …)``."""
+    nproc = config.get("nproc_per_node", 1)
+    if config.get("mode") == "script":
+        script = config.get("script") or {}
+        args = script.get("args") or []
+        return f"script {script.get('entry', '?')} ×{nproc}" + (f" (args {shlex.join(args)})" if args else "")
+    return (f"{config.get('workload')} ×{nproc} {config.get('precision')} compile={config.get('compile')} "
+            f"batch={config.get('batch_size')}")
 
 
 def make_config(settings: dict) -> RunConfig:

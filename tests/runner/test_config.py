@@ -12,6 +12,12 @@ def test_defaults_are_a_valid_short_run():
     assert cfg.mode == "train" and cfg.backend == "auto" and cfg.world_size == 1
 
 
+def test_a_scripts_length_is_unknown_unless_given():
+    script = {"mode": "script", "script": {"dir": "/srv/nanogpt"}}
+    assert config_from_dict(script).steps is None
+    assert config_from_dict(dict(script, steps=5000)).steps == 5000
+
+
 def test_round_trip_through_json(tmp_path):
     cfg = config_from_dict({"workload": "transformer", "nproc_per_node": 2, "precision": "bf16", "minutes": 1.5,
                             "script": None, "env": {"A": "1"}, "tags": ["x"]})

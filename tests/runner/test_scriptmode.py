@@ -1,10 +1,14 @@
-"""Metrics from a user script's printed lines."""
+"""A user's own script: metrics from its printed lines, and the entry each rank runs it under."""
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from remote_runner.scriptmode import MAX_LINE, ScriptMetrics, parse_metric_line
+from remote_runner.scriptmode import MAX_LINE, SCRIPT_COMMAND, ScriptMetrics, parse_metric_line
 
 
 @pytest.mark.parametrize("line,expected", [
@@ -104,3 +108,71 @@ def test_script_metrics_with_a_regex_string(tmp_path):
     with ScriptMetrics(str(tmp_path / "metrics.jsonl"), r"batch (?P<step>\d+) cost (?P<loss>\S+)") as metrics:
         assert metrics.feed("batch 3 cost 0.5") == {"step": 3, "loss": 0.5, "phase": "script"}
         assert metrics.feed("step 4 loss 0.4") is None
+
+
+# --- the script entry each rank runs: real subprocesses ---------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+LEAVING = '''import atexit, os, sys, threading, time
+import helper  # next to the script: its folder is first on sys.path
+
+
+class Tracked:
+    def __del__(self):  # runs only when the interpreter tears the module down
+        print("finalized", flush=True)
+
+
+kept = Tracked()
+atexit.register(lambda: print("atexit ran", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.realpath(__file__)), os.getcwd(), helper.VALUE)
+sys.stdout.write("unflushed at the end")
+'''
+
+
+def _script_dir(tmp_path, source):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "train.py").write_text(source)
+    (folder / "helper.py").write_text("VALUE = 42\n")
+    return folder
+
+
+def _run(argv, cwd):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, *argv], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+
+
+def test_the_entry_runs_the_script_as_main_and_leaves_without_interpreter_teardown(tmp_path):
+    script = _script_dir(tmp_path, LEAVING) / "train.py"
+    plain = _run([str(script), "--lr=1", "-h"], tmp_path)
+    ours = _run(["-m", "remote_runner", SCRIPT_COMMAND, str(script), "--lr=1", "-h"], tmp_path)
+    expected = "__main__ ['--lr=1', '-h'] True %s 42\n" % tmp_path
+    assert ours.returncode == 0 and ours.stderr == "", ours.stderr
+    assert ours.stdout.startswith(expected)
+    # as plain Python: the thread is waited for, atexit runs, the last unflushed text comes out ...
+    assert "thread done\n" in ours.stdout and "atexit ran\n" in ours.stdout
+    assert "unflushed at the end" in ours.stdout
+    # ... but the script's objects are not torn down (plain Python does, which is where gloo aborts)
+    assert "finalized" in plain.stdout and "finalized" not in ours.stdout
+    assert plain.stdout.startswith(expected)
+
+
+@pytest.mark.parametrize("tail, code, said", [
+    ("sys.exit(3)\n", 3, ""),
+    ("sys.exit()\n", 0, ""),
+    ("sys.exit('fatal: no data in /data')\n", 1, "fatal: no data in /data\n"),
+    ("def f():\n    raise ValueError('loss is NaN')\nf()\n", 1, None),
+])
+def test_the_entry_gives_the_scripts_exit_status_and_traceback(tmp_path, tail, code, said):
+    script = _script_dir(tmp_path, "import sys\n" + tail) / "train.py"
+    ours = _run(["-m", "remote_runner", SCRIPT_COMMAND, str(script)], tmp_path)
+    plain = _run([str(script)], tmp_path)
+    assert ours.returncode == plain.returncode == code
+    assert ours.stderr == plain.stderr  # the same traceback: the script's frames, none of runpy's or ours
+    if said is not None:
+        assert ours.stderr == said
+    else:
+        assert ours.stderr.startswith('Traceback (most recent call last):\n  File "%s", line 4' % script)
+        assert ours.stderr.endswith("ValueError: loss is NaN\n")

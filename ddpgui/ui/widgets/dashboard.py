@@ -93,6 +93,7 @@ class RunTrace:
         self.run_id = run_id
         self.color = color
         self.name = run_id
+        self.script = False  # the user's own script: it may print no throughput, and its length may be unknown
         self.live = LiveRun()
         self.t0: float | None = None
         self.loaded = False
@@ -122,6 +123,7 @@ class RunTrace:
         run, metrics, telemetry = data.run, data.metrics, data.telemetry
         cfg = run.config or {}
         self.name = run.name or run.id
+        self.script = cfg.get("mode") == "script"
         self.live = LiveRun(total_steps=run.total_steps, total_minutes=cfg.get("minutes"), state=run.state,
                             message=run.message, hint=run.hint, summary=run.summary or {})
         self.nodes = data.nodes
@@ -657,15 +659,16 @@ class Dashboard(QWidget):
         primary = self.traces[self.run_id]
         more = len(self.traces) - 1
         self.title.setText(primary.name + (f"  (+{more} overlaid)" if more else ""))
-        steps_per_s = None
-        if live.first_metric and live.last_t and live.last_t > live.first_metric[0]:
-            steps_per_s = (live.step - live.first_metric[1]) / (live.last_t - live.first_metric[0])
+        steps_per_s = live.steps_per_s
         total = f"/{live.total_steps}" if live.total_steps else ""
         loss = f"{live.loss:.4f}" if live.loss is not None else "–"
-        parts = [f"step {live.step}{total}", f"loss {loss}", f"elapsed {format_duration(live.elapsed_s)}",
-                 f"ETA {format_duration(live.eta_s) if active else '–'}",
-                 f"{steps_per_s:.2f} steps/s" if steps_per_s else "– steps/s",
-                 format_rate(live.steady_samples_per_s or live.samples_per_s, "samples/s")]
+        parts = [f"step {live.step}{total}", f"loss {loss}", f"elapsed {format_duration(live.elapsed_s)}"]
+        if live.length_known:  # a script's length is unknown unless given: no ETA from a made-up total
+            parts.append(f"ETA {format_duration(live.eta_s) if active else '–'}")
+        parts.append(f"{steps_per_s:.2f} steps/s" if steps_per_s else "– steps/s")
+        rate = live.steady_samples_per_s or live.samples_per_s
+        if rate is not None or not primary.script:
+            parts.append(format_rate(rate, "samples/s"))
         if live.compile_s is not None:
             parts.append(f"compile {live.compile_s:.1f} s")
         if live.mem_peak_gib:

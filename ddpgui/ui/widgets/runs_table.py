@@ -82,10 +82,9 @@ class RunsModel(QAbstractTableModel):
         if column == "Workload":
             what = cfg.get("workload", "") if cfg.get("mode") != "script" else (cfg.get("script") or {}).get("entry", "script")
             return what, what
-        if column == "Compile":
-            return cfg.get("compile", ""), cfg.get("compile", "")
-        if column == "Precision":
-            return cfg.get("precision", ""), cfg.get("precision", "")
+        if column in ("Compile", "Precision"):  # a script's own business: the config's defaults would mislead
+            value = "" if cfg.get("mode") == "script" else cfg.get(column.lower(), "")
+            return value, value
         if column == "GPUs":
             n = int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
             return str(n), n
