@@ -49,7 +49,7 @@ def _unavailable(exc: Exception) -> SecretsUnavailable:
     if isinstance(exc, keyring.errors.KeyringLocked):
         return SecretsUnavailable(f"the keyring is locked ({backend})", "unlock your keyring and try again")
     if isinstance(exc, keyring.errors.NoKeyringError):
-        return SecretsUnavailable("no keyring backend is available to store passwords and passphrases",
+        return SecretsUnavailable("no keyring is available to store passwords and passphrases",
                                   no_backend=True)
     return SecretsUnavailable(f"the keyring ({backend}) failed: {type(exc).__name__}: {exc}")
 
