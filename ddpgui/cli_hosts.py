@@ -155,7 +155,12 @@ def _store_secret(profile: HostProfile, from_stdin: bool) -> None:
         print(f"no {profile.secret_kind} stored for {profile.name}: it will be asked for when connecting "
               "(or use: ddpgui hosts edit NAME --set-secret)")
         return
-    secrets.set_secret(profile.name, profile.secret_kind, value)
+    try:
+        secrets.set_secret(profile.name, profile.secret_kind, value)
+    except secrets.SecretsUnavailable as exc:  # the profile itself is saved: say how to store the secret later
+        raise secrets.SecretsUnavailable(
+            f"{profile.name} is saved, but its {profile.secret_kind} was not stored: {exc.args[0]}",
+            f"{exc.hint}; then: ddpgui hosts edit {profile.name} --set-secret", exc.no_backend) from exc
     print(f"{profile.secret_kind} for {profile.name} stored in the keyring ({secrets.backend_name()})")
 
 

@@ -1,11 +1,17 @@
 """The hosts file and known_hosts under concurrent CLI processes, and secrets with no usable keyring."""
+import io
 import json
 import os
 import subprocess
 import sys
 
+import keyring
 import paramiko
 import pytest
+from keyring.backend import KeyringBackend
+from keyring.errors import KeyringLocked
+
+from ddpgui.cli import main as cli_main
 
 
 def _env(tmp_path, **extra):
@@ -92,3 +98,25 @@ def test_secret_stdin_without_a_keyring_is_refused_and_nothing_claimed(tmp_path,
                           env=env, input="hunter2\n", capture_output=True, text=True)
     assert done.returncode == 1 and "no keyring is available" in done.stderr
     assert json.loads((tmp_path / "config" / "hosts.json").read_text())["hosts"][1]["notes"] == ""
+
+
+class _LockedKeyring(KeyringBackend):
+    priority = 1
+
+    def get_password(self, service, username, *password):
+        raise KeyringLocked("Failed to unlock the collection!")
+
+    set_password = delete_password = get_password
+
+
+def test_a_locked_keyring_says_the_profile_is_saved_and_how_to_store_the_secret_later(tmp_path, monkeypatch,
+                                                                                      capsys):
+    monkeypatch.setenv("DDPGUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hunter2\n"))
+    keyring.set_keyring(_LockedKeyring())
+    assert cli_main(["hosts", "add", "box", "--host", "10.0.0.1", "--auth", "password", "--secret-stdin"]) == 1
+    out, err = capsys.readouterr()
+    assert "added box" in out and "stored in the keyring" not in out
+    assert err.splitlines() == ["ddpgui: box is saved, but its password was not stored: the keyring is locked "
+                                f"({_LockedKeyring.__module__})",
+                                "hint: unlock your keyring and try again; then: ddpgui hosts edit box --set-secret"]
