@@ -85,7 +85,8 @@ def configure_logging() -> None:
     # Our own notices stay visible: the files a script upload skipped, and why (a link out of the folder...).
     uploads = logging.getLogger("ddpgui.core.uploads")
     if not any(getattr(h, "ddpgui_notice", False) for h in uploads.handlers):
-        notice = _StderrHandler(logging.WARNING)
+        notice = _StderrHandler()
+        notice.setLevel(logging.WARNING)
         notice.setFormatter(logging.Formatter("%(message)s"))
         notice.ddpgui_notice = True
         uploads.addHandler(notice)
