@@ -27,6 +27,8 @@ from .status import (CONFIG, FINAL_STATES, read_status, release_reserve, reserve
 PORT_RETRIES = 3
 #: Written by ``launch`` as soon as the supervisor exists (status.json gets the pid a moment later).
 SUPERVISOR_PID = "supervisor.pid"
+#: Seconds after ``launch`` wrote the first status during which a run without a supervisor pid yet is not lost.
+LAUNCH_WINDOW_S = 30.0
 
 
 def supervisor_pid(run_dir: str, status: Optional[dict] = None) -> Optional[int]:
@@ -319,8 +321,11 @@ def reconcile(run_dir: str) -> Optional[dict]:
     status = read_status(run_dir)
     if status is None or status.get("state") in FINAL_STATES or runs_elsewhere(status):
         return status
-    if pid_alive(supervisor_pid(run_dir, status)):
+    pid = supervisor_pid(run_dir, status)
+    if pid_alive(pid):
         return status
+    if pid is None and time.time() - float(status.get("started_at") or 0) < LAUNCH_WINDOW_S:
+        return status  # ``launch`` is starting the supervisor right now: its pid is not written yet
     # Re-read: the supervisor may have finished between our two looks.
     status = read_status(run_dir) or status
     if status.get("state") in FINAL_STATES:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import posixpath
+import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,9 +150,10 @@ def scan(local_dir: str | Path, size_cap: int = DEFAULT_SIZE_CAP) -> tuple[list[
 
 
 def default_remote_dir(target: Target, local_dir: str | Path) -> str:
-    """``<run root>/scripts/<dir name>-<hash of its local path>``: one stable place per local directory."""
+    """``<run root>/scripts/<dir name>-<hash of this computer's name and the local path>``: one stable place per
+    local directory (two computers whose folders share a path never share a place in a shared run root)."""
     root = Path(local_dir).resolve()
-    tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    tag = hashlib.sha256(f"{socket.gethostname()}:{root}".encode()).hexdigest()[:12]
     return posixpath.join(target.run_root(), "scripts", f"{root.name}-{tag}")
 
 
