@@ -21,6 +21,8 @@ from ddpgui.core.multinode import max_processes
 
 SCRIPT = "my own script"
 LENGTH_UNITS = ("steps", "epochs", "minutes")
+#: The length of a script that runs as long as it does (unknown to us: steps and rate, no total or ETA).
+SCRIPT_LENGTH = "as the script runs"
 
 
 def precision_problems(probe: dict | None) -> dict[str, str | None]:
@@ -197,9 +199,10 @@ class LaunchPanel(QWidget):
         unit = self.length_unit.currentText()
         settings: dict = {"nproc_per_node": self.nproc.value(), "compile": self.compile.currentText(),
                           "precision": self.precision.currentText(), "batch_size": self.batch.value(),
-                          unit: float(self.length.value()) if unit == "minutes" else self.length.value(),
                           "name": self.name.text().strip(),
                           "tags": [t.strip() for t in self.tags.text().split(",") if t.strip()]}
+        if unit != SCRIPT_LENGTH:
+            settings[unit] = float(self.length.value()) if unit == "minutes" else self.length.value()
         if self.workload.currentText() == SCRIPT:
             settings["mode"] = "script"
             try:
@@ -241,6 +244,10 @@ class LaunchPanel(QWidget):
                 self.length_unit.setCurrentText(unit)
                 self.length.setValue(max(1, int(settings[unit])))
                 break
+        else:
+            if script:
+                self._offer_script_length(True)
+                self.length_unit.setCurrentText(SCRIPT_LENGTH)
         self.name.setText(settings.get("name", ""))
         self.tags.setText(", ".join(settings.get("tags") or []))
         advanced = {"lr": self.lr.setValue, "grad_accum": self.grad_accum.setValue,
@@ -258,6 +265,7 @@ class LaunchPanel(QWidget):
     def validate(self) -> bool:
         """Inline validation through the runner's own config check; returns whether Launch may go."""
         self.script_box.setVisible(self.workload.currentText() == SCRIPT)
+        self._offer_script_length(self.workload.currentText() == SCRIPT)
         world = self.nproc.value() * len(self.nodes)
         global_batch = self.batch.value() * world * (self.grad_accum.value() if self.advanced.isChecked() else 1)
         self.global_batch.setText(f"global batch {global_batch}")
@@ -283,6 +291,18 @@ class LaunchPanel(QWidget):
         self.cost.setText(self._cost_text())
         self.launch_button.setEnabled(not error)
         return not error
+
+    def _offer_script_length(self, script: bool) -> None:
+        """A script may run as long as it does: that length is offered (and chosen) when a script is picked."""
+        index = self.length_unit.findText(SCRIPT_LENGTH)
+        self.length_unit.blockSignals(True)  # called from validate(): no second validation
+        if script and index < 0:
+            self.length_unit.addItem(SCRIPT_LENGTH)
+            self.length_unit.setCurrentText(SCRIPT_LENGTH)
+        elif not script and index >= 0:
+            self.length_unit.removeItem(index)
+        self.length_unit.blockSignals(False)
+        self.length.setEnabled(self.length_unit.currentText() != SCRIPT_LENGTH)
 
     def _cost_text(self) -> str:
         if not self.price_per_hour:
