@@ -10,6 +10,7 @@ import posixpath
 import secrets as token
 import stat
 import sys
+import threading
 
 import pytest
 
@@ -170,22 +171,52 @@ def test_missing_python_says_what_to_do(no_sftp_env, tmp_path):
     assert caught.value.field == "python"
 
 
-def test_a_dropped_link_is_still_a_dropped_link(ssh_env, tmp_path):
-    """On the sshd WITH SFTP: killing the connection's sshd is reported as a drop, not as "no SFTP"."""
-    with ssh_env.target(tmp_path, _as_us(ssh_env, tmp_path, "sftp")) as target:
-        path = str(tmp_path / "f")
-        target.exec(["true"])  # connected; SFTP not opened yet
+def _drop_mid_write(server, target, directory) -> BaseException | None:
+    """Write 256 MiB in a thread and kill the connection's sshd once its temp file on the host grows."""
+    os.makedirs(directory, exist_ok=True)
+    caught: list[BaseException] = []
+
+    def write():
+        try:
+            target.write_file(os.path.join(directory, "big"), os.urandom(256 * 2**20))
+        except BaseException as exc:  # noqa: BLE001 -- handed to the test
+            caught.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert wait_for(lambda: any(name.startswith(".tmp-") and os.path.getsize(os.path.join(directory, name)) > 0
+                                for name in os.listdir(directory)), timeout=120, interval=0.005)
+    assert server.drop_connections() > 0
+    writer.join(120)
+    return caught[0] if caught else None
+
+
+@pytest.mark.parametrize("sftp", [True, False], ids=["over SFTP", "over exec channels"])
+def test_a_dropped_link_is_still_a_dropped_link(ssh_env, no_sftp_env, tmp_path, sftp):
+    """Killing the connection's sshd mid-transfer is reported as a drop, never as "no SFTP"."""
+    env = ssh_env if sftp else no_sftp_env
+    with env.target(tmp_path, _as_us(env, tmp_path, "drop")) as target:
+        target.write_file(str(tmp_path / "small"), b"one")  # connected; SFTP asked about
+        offered = target.connection.sftp_offered
+        assert offered is sftp
+        error = _drop_mid_write(env.server, target, str(tmp_path / "d"))
+        assert isinstance(error, ConnectionLost), error
+        assert "dropped" in str(error) and "SFTP" not in str(error)
+        assert target.connection.sftp_offered is offered
+        target.write_file(str(tmp_path / "small"), b"two")  # reopened on the next command
+        assert target.read_file(str(tmp_path / "small")) == b"two" and target.connection.sftp_offered is offered
+
+
+def test_a_drop_just_before_sftp_opens_is_a_drop(ssh_env, tmp_path):
+    """The subsystem request on a link that just died (the transport may not know yet) is not "no SFTP"."""
+    with ssh_env.target(tmp_path, _as_us(ssh_env, tmp_path, "drop")) as target:
+        transport = target.connection.transport()
         assert ssh_env.server.drop_connections() > 0
         with pytest.raises(ConnectionLost) as caught:
-            target.write_file(path, b"one")
-        assert "dropped" in str(caught.value) and "SFTP" not in str(caught.value)
-        assert target.connection.sftp_offered is None
-        target.write_file(path, b"two")  # reopened, over SFTP
+            target.connection._open_sftp(transport)
+        assert "dropped" in str(caught.value) and target.connection.sftp_offered is None
+        target.write_file(str(tmp_path / "f"), b"x")
         assert target.connection.sftp_offered is True
-        assert ssh_env.server.drop_connections() > 0
-        with pytest.raises(ConnectionLost):
-            target.read_file(path)
-        assert target.read_file(path) == b"two" and target.connection.sftp_offered is True
 
 
 @pytest.fixture
