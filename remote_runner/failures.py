@@ -56,6 +56,10 @@ def diagnose(run_dir: str, exit_code: Optional[int]) -> Diagnosis:
     found = classify(exit_code, log_text, errors, stop_requested=stop_requested)
     if found.kind == "needs_gpu":  # what the host has decides what to do
         found.hint = needs_gpu_hint(found.message)
+    free = free_bytes(run_dir)
+    if found.kind not in ("disk_full", "stopped") and free is not None and free < _FULL_BELOW:
+        # A run that failed on a full disk often could not even write its traceback to stderr.log.
+        found = Diagnosis("disk_full", "", _DISK_FULL_HINT, found.rank)
     if found.kind == "disk_full":  # the free space is measured now, on the disk that filled up
         found.message = disk_full_text(found.path or run_dir,
                                        "rank %d" % found.rank if found.rank is not None else "the run")
@@ -64,6 +68,8 @@ def diagnose(run_dir: str, exit_code: Optional[int]) -> Diagnosis:
 
 _DISK_FULL_HINT = ("free space on the host (df -h shows which disk is full) or put runs on a larger disk; checkpoints, "
                    "~/.cache and /tmp/torchinductor_* can be large")
+#: Free bytes below which a failed run's disk counts as full whatever its logs say.
+_FULL_BELOW = 64 << 10
 _NO_SPACE_PATH = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
 
 

@@ -1,0 +1,118 @@
+"""A host whose disk fills up mid-run: a real 6 MB tmpfs as the run root, real CLI processes, real torchrun.
+
+The run must end failed with "the host's disk is full (PATH, N bytes free)", one ``failed`` event, a
+``follow`` that exits, and a runner whose every command answers with its own message (no traceback) even
+when not a byte is left.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddpgui.core.store import RunStore
+from ddpgui.core.targets.base import CommandResult, Target
+from ddpgui.core.targets.local import LocalTarget
+from remote_runner.metrics import EVENTS
+from remote_runner.status import RESERVE, read_status, write_status
+from small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DISK_FULL = re.compile(r"disk is full \((/[^,]+), (\d+) bytes free\)")
+
+
+def _cli(args, env, timeout=300):
+    proc = subprocess.run([sys.executable, "-m", "ddpgui", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def disk(tmp_path):
+    with small_tmpfs(tmp_path / "small disk") as path:
+        yield path
+
+
+@pytest.fixture
+def cli_env(tmp_path, disk):
+    env = dict(os.environ, DDPGUI_DATA_DIR=str(tmp_path / "data"), DDPGUI_CONFIG_DIR=str(tmp_path / "config"))
+    rc, out, err = _cli(["hosts", "edit", "local", "--run-root", str(disk / "root")], env, timeout=60)
+    assert rc == 0, out + err
+    return env
+
+
+def test_a_run_that_fills_the_disk_ends_failed_with_the_reason_once(tmp_path, disk, cli_env):
+    script = tmp_path / "fill"
+    script.mkdir()
+    (script / "train.py").write_text(FILL_SCRIPT)
+    rc, out, err = _cli(["launch", "local", "--script", str(script), "--nproc", "1", "--follow"], cli_env)
+    assert rc == 1, out + err  # failed, and the CLI came back
+    assert DISK_FULL.search(out + err), out + err
+    with RunStore(tmp_path / "data" / "runs.sqlite3") as store:
+        (record,) = store.list_runs()
+        assert (record.state, record.failure) == ("failed", "disk_full"), (record.message, out, err)
+        path, free = DISK_FULL.search(record.message).groups()
+        assert path.startswith(str(disk)) and int(free) < 64 << 10
+        failed = [e for e in store.events(record.id) if e.get("event") == "failed"]
+        assert len(failed) == 1, failed
+        run_dir = record.run_dirs[0]
+    host_events = [json.loads(line) for line in open(os.path.join(run_dir, EVENTS), "rb")]
+    assert [e["event"] for e in host_events].count("failed") == 1
+    assert read_status(run_dir)["state"] == "failed"
+
+    # The disk is still full: follow, show and stop answer at once with the run's end.
+    rc, out, err = _cli(["follow", record.id], cli_env, timeout=120)
+    assert rc == 1 and DISK_FULL.search(out + err) and "Traceback" not in err, out + err
+    rc, out, err = _cli(["stop", record.id], cli_env, timeout=120)
+    assert rc == 0 and "already failed" in out and "Traceback" not in err, out + err
+
+
+def _dead_pid():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_runner_records_an_end_with_not_a_byte_left(disk):
+    """No reserve left, the disk at 0 bytes free: status.json cannot be replaced by rename, the supervisor is
+    gone.  ``status`` and ``stop`` still end the run with the disk-full reason, once, and print JSON."""
+    target = LocalTarget("local", run_root=str(disk / "root"))
+    target.deploy(__import__("ddpgui.core.package", fromlist=["build_runner"]).build_runner())
+    run_dir = disk / "root" / "runs" / "r-full"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text("{}")
+    write_status(str(run_dir), state="running", pid=_dead_pid())
+    with open(run_dir / EVENTS, "wb") as fh:
+        fh.write(b'{"event": "started", "seq": 0, "t": 1.0}\n')
+    assert not (run_dir / RESERVE).exists()
+    fill(disk)
+    assert free_bytes(disk) == 0
+    stopped = target.stop(str(run_dir))  # the runner's JSON, not a traceback blamed on the interpreter
+    assert stopped["state"] == "failed" and stopped["failure"] == "disk_full", stopped
+    path, free = DISK_FULL.search(stopped["message"]).groups()
+    assert path == str(run_dir) and free == "0"
+    assert target.status(str(run_dir))["state"] == "failed"
+    assert read_status(str(run_dir))["state"] == "failed"  # written in place
+    events = [json.loads(line)["event"] for line in open(run_dir / EVENTS, "rb") if line.strip()]
+    assert events.count("failed") <= 1
+
+
+def test_a_runner_traceback_is_shown_as_the_runners_error_not_the_interpreters(disk):
+    """A real Python that dies on ENOSPC: the message says the disk is full, never "is it a Python 3 interpreter"."""
+    fill(disk)
+    target = LocalTarget("local", run_root=str(disk / "root"))
+    code = f"open({str(disk / 'x.bin')!r}, 'wb').write(b'0' * 1000000)"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert time.monotonic() - started < 60 and proc.returncode != 0
+    error = Target.python_error(target, CommandResult(proc.returncode, proc.stdout, proc.stderr))
+    assert "disk is full" in str(error) and "Python 3 interpreter" not in str(error)
+    assert error.failure == "disk_full" and error.field is None
+    other = Target.python_error(target, CommandResult(1, b"", b"Traceback (most recent call last):\n  File x\n"
+                                                                b"KeyError: 'pid'\n"))
+    assert "the runner failed on local: KeyError: 'pid'" in str(other) and "interpreter" not in str(other)
