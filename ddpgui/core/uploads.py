@@ -16,6 +16,9 @@ import os
 import posixpath
 import socket
 import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,6 +203,25 @@ def upload_dir(target: Target, local_dir: str | Path, remote_dir: str | None = N
     manifest = {"schema": MANIFEST_SCHEMA, "files": {f.rel: f.sha256 for f in files}}
     target.write_file(manifest_path, json.dumps(manifest, indent=1, ensure_ascii=False).encode(), 0o600)
     return result
+
+
+@contextmanager
+def collected_skips() -> Iterator[list[str]]:
+    """The "not uploaded" notices of the script uploads this thread makes inside the block (for the app)."""
+    notices: list[str] = []
+    thread = threading.get_ident()
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.thread == thread:
+                notices.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    log.addHandler(handler)
+    try:
+        yield notices
+    finally:
+        log.removeHandler(handler)
 
 
 def upload_script_dir(target: Target, local_dir: str | Path, remote_dir: str | None = None, *,

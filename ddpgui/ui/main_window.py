@@ -15,6 +15,7 @@ from ddpgui.core.hosts import HostStore
 from ddpgui.core.manager import RunManager, RunUpdate
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
+from ddpgui.core.uploads import collected_skips
 
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
@@ -47,10 +48,15 @@ def test_host(manager: RunManager, host: str):
 
 
 def launch_run(manager: RunManager, host: str, settings: dict, progress):
-    """Worker: deploy, upload and launch (``progress`` is thread-safe); returns the RunRecord."""
+    """Worker: deploy, upload and launch (``progress`` is thread-safe); yields the files a script upload
+    skipped (and why), returns the RunRecord."""
     progress(0, 0, "connecting and uploading the runner…")
-    return manager.launch(host, settings, progress=lambda done, total, files, nfiles: progress(
-        done, total, f"uploading {files}/{nfiles} files"))
+    with collected_skips() as skipped:
+        record = manager.launch(host, settings, progress=lambda done, total, files, nfiles: progress(
+            done, total, f"uploading {files}/{nfiles} files"))
+    if skipped:
+        yield skipped
+    return record
 
 
 class MainWindow(QMainWindow):
@@ -243,7 +249,7 @@ class MainWindow(QMainWindow):
                                on_yield=self.launch_panel.show_warnings, on_return=done, on_error=failed)
             return
         self.workers.start(launch_run, self.manager, host, settings, self.launch_panel.post_progress,
-                           on_return=done, on_error=failed)
+                           on_yield=self.launch_panel.show_warnings, on_return=done, on_error=failed)
 
     def show_run(self, run_id: str) -> None:
         if run_id not in self.dashboard.run_ids:

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from ddpgui.core.manager import RunManager
 from ddpgui.core.multinode import NodeState
+from ddpgui.core.uploads import collected_skips
 
 
 def launch_on_nodes(manager: RunManager, hosts: list[str], settings: dict,
@@ -17,8 +18,12 @@ def launch_on_nodes(manager: RunManager, hosts: list[str], settings: dict,
     if checked.warnings:
         yield checked.warnings
     progress(0, 0, f"launching on {len(hosts)} nodes…")
-    return manager.launch_nodes(hosts, settings, checked=checked, progress=lambda done, total, files, nfiles: progress(
-        done, total, f"uploading {files}/{nfiles} files"))
+    with collected_skips() as skipped:
+        record = manager.launch_nodes(hosts, settings, checked=checked, progress=lambda done, total, files, nfiles:
+                                      progress(done, total, f"uploading {files}/{nfiles} files"))
+    if skipped:
+        yield list(checked.warnings) + sorted(set(skipped))
+    return record
 
 
 def node_line(states: list[NodeState]) -> str:
