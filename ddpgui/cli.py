@@ -23,7 +23,7 @@ from .cli_output import EXIT_INTERRUPTED, run_command, terminal_text
 from .core import launches
 from .core.errors import describe
 from .core.hosts import HostError, HostNotFound, HostStore
-from .core.live import LiveRun, format_duration, format_rate, progress_line
+from .core.live import LiveRun, format_rate, progress_line, run_summary, summary_lines
 from .core.manager import RunManager, RunUpdate
 from .core.multinode import node_states
 from .core.runs import make_config, settings_text
@@ -155,7 +155,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         step = f"{r.last_step or 0}/{r.total_steps}" if r.total_steps else str(r.last_step or 0)
         rate = r.summary.get("steady_samples_per_s")
-        print(f"{r.id:<22} {r.name[:32]:<32} {r.host[:12]:<12} {r.state:<9} {step:>11} "
+        print(f"{r.id:<22} {terminal_text(r.name)[:32]:<32} {terminal_text(r.host)[:12]:<12} {r.state:<9} {step:>11} "
               f"{format_rate(rate, '') if rate else '-':>10}")
     return EXIT_OK
 
@@ -167,24 +167,27 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(json.dumps(dataclasses.asdict(record), indent=1))
             return EXIT_OK
         cfg = record.config
-        print(f"{record.name}  ({record.id})")
-        print(f"  host        {', '.join(record.hosts)}   dir {record.run_dirs.get(0, '-')}")
-        print(f"  state       {record.state}" + (f"  — {record.message}" if record.message else ""))
+        text = terminal_text
+        print(f"{text(record.name)}  ({record.id})")
+        if record.tags:
+            print(f"  tags        {', '.join(map(text, record.tags))}")
+        print(f"  host        {text(', '.join(record.hosts))}   dir {text(record.run_dirs.get(0, '-'))}")
+        print(f"  state       {record.state}" + (f"  — {text(record.message, True)}" if record.message else ""))
         if len(record.run_dirs) > 1:
             for node in node_states(store, record):
-                print(f"  node {node.node:<6} {node.host}: {node.state}" + (f" — {node.message}" if node.message
-                                                                           else "") + f"   dir {node.run_dir}")
+                print(f"  node {node.node:<6} {text(node.host)}: {node.state}" +
+                      (f" — {text(node.message, True)}" if node.message else "") + f"   dir {text(node.run_dir)}")
         if record.hint:
-            print(f"  hint        {record.hint}")
-        print(f"  settings    {settings_text(cfg)}")
+            print(f"  hint        {text(record.hint, True)}")
+        print(f"  settings    {terminal_text(settings_text(cfg))}")
         print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
         for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
             if record.summary.get(key) is not None:
                 print(f"  {key:<22}{record.summary[key]:.4g}")
         env = record.environment
         if env:
-            print(f"  environment {env.get('hostname')}: torch {env.get('torch')}, CUDA {env.get('cuda')}, "
-                  f"GPU {env.get('gpu') or 'none'}")
+            print(terminal_text(f"  environment {env.get('hostname')}: torch {env.get('torch')}, CUDA {env.get('cuda')}, "
+                                f"GPU {env.get('gpu') or 'none'}"))
         if record.corrupt_lines:
             print(f"  skipped     {record.corrupt_lines} corrupt spool line(s)")
     return EXIT_OK
@@ -262,7 +265,7 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
     def on_update(update: RunUpdate) -> None:
         if update.run_id != run_id:
             if update.connection == "lost":
-                print(f"\nconnection to {update.host} lost; reconnecting", file=sys.stderr)
+                print(f"\nconnection to {terminal_text(update.host)} lost; reconnecting", file=sys.stderr)
             return
         with lock:
             for spool, records in update.records.items():
@@ -291,8 +294,7 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
         unsubscribe()
     if tty:
         print()
-    with lock:
-        _print_summary(live, record)
+    _print_summary(manager.store, run_id)
     return _STATE_EXIT.get(record.state, EXIT_FAILED)
 
 
@@ -305,34 +307,15 @@ def _print_event(spool: str, rec: dict) -> None:
     elif event == "warmup_done":
         print(f"  warm-up done at step {rec.get('step')}", file=sys.stderr)
     elif event in ("warning", "retry"):
-        print(f"  {event}: {rec.get('message') or rec.get('reason')}", file=sys.stderr)
+        print(f"  {event}: {terminal_text(rec.get('message') or rec.get('reason'))}", file=sys.stderr)
     elif event == "inference_unsupported":
-        print(f"  {rec.get('precision')}: {rec.get('reason')}", file=sys.stderr)
+        print(f"  {terminal_text(rec.get('precision'))}: {terminal_text(rec.get('reason'))}", file=sys.stderr)
 
 
-def _print_summary(live: LiveRun, record: RunRecord) -> None:
-    state = record.state
-    print(f"run {state} after {format_duration(live.elapsed_s)}: {live.step} steps")
-    if live.loss is not None:
-        print(f"  final loss          {live.loss:.4f}")
-    if live.steady_samples_per_s is not None:
-        print(f"  steady throughput   {format_rate(live.steady_samples_per_s, 'samples/s')}")
-    if live.summary.get("steady_tokens_per_s") is not None:
-        print(f"  steady tokens       {format_rate(live.summary['steady_tokens_per_s'], 'tok/s')}")
-    if live.mem_peak_gib is not None:
-        print(f"  peak memory         {live.mem_peak_gib:.2f} GiB")
-    if live.compile_s is not None:
-        print(f"  compile time        {live.compile_s:.1f} s")
-    for rec in live.inference:
-        if rec.get("event") == "inference_summary":
-            print(f"  inference {rec.get('precision'):5} p50 {rec.get('latency_p50_ms', 0):.2f} ms  "
-                  f"p99 {rec.get('latency_p99_ms', 0):.2f} ms  {format_rate(rec.get('samples_per_s'), 'samples/s')}")
-        else:
-            print(f"  inference {rec.get('precision'):5} {rec.get('reason')}")
-    if state == "failed":
-        print(f"  error: {record.message}")
-        if record.hint:
-            print(f"  hint:  {record.hint}")
+def _print_summary(store: RunStore, run_id: str) -> None:
+    """The ended run's summary, from the store: every follower of the run prints the same."""
+    for line in summary_lines(run_summary(store, run_id)):
+        print(terminal_text(line, multiline=True))
 
 
 def add_launch_command(sub: argparse._SubParsersAction) -> None:

@@ -111,7 +111,7 @@ def cmd_sweeps(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'id':<22} {'name':<36} {'hosts':<14} {'state':<9} {'cells':>7} {'failed':>6}")
     for s, p in rows:
-        print(f"{s.id:<22} {s.name[:36]:<36} {','.join(s.hosts)[:14]:<14} {s.state:<9} "
+        print(f"{s.id:<22} {terminal_text(s.name)[:36]:<36} {terminal_text(','.join(s.hosts))[:14]:<14} {s.state:<9} "
               f"{f'{p.done}/{p.total}':>7} {p.failed:>6}")
     return EXIT_OK
 
@@ -123,8 +123,10 @@ def cmd_sweep_show(args: argparse.Namespace) -> int:
             cells = [dataclasses.asdict(c) for c in store.sweep_cells(sweep.id)]
             print(json.dumps({**dataclasses.asdict(sweep), "cells": cells}, indent=1))
             return EXIT_OK
-        print(f"{sweep.name}  ({sweep.id})  {sweep.state}" + (f": {sweep.message}" if sweep.message else ""))
-        print(f"  matrix  {json.dumps(sweep.matrix)} × {sweep.repeats} repeat(s) on {', '.join(sweep.hosts)}")
+        print(f"{terminal_text(sweep.name)}  ({sweep.id})  {sweep.state}" +
+              (f": {terminal_text(sweep.message)}" if sweep.message else ""))
+        print(f"  matrix  {json.dumps(sweep.matrix)} × {sweep.repeats} repeat(s) on "
+              f"{terminal_text(', '.join(sweep.hosts))}")
         print(f"  seeds   {sweep.seeds}")
         _print_cells(store, sweep)
     return EXIT_OK
@@ -216,14 +218,15 @@ def _progress_line(progress: SweepProgress) -> str:
         parts[0] += f", {progress.failed} failed"
     for cell in progress.running:
         step, total = progress.steps.get(cell.index, (0, None))
-        parts.append(f"now: {cell.label} step {step}" + (f"/{total}" if total else ""))
+        parts.append(f"now: {terminal_text(cell.label)} step {step}" + (f"/{total}" if total else ""))
     parts.append(f"ETA {format_duration(progress.eta_s)}")
     return "  ".join(parts)
 
 
 def _print_ended(cell: SweepCell, count: int, total: int, tty: bool) -> None:
     took = f" in {format_duration(cell.ended_at - cell.started_at)}" if cell.ended_at and cell.started_at else ""
-    text = f"[{count}/{total}] {cell.label}: {cell.state}{took}" + (f" — {cell.reason}" if cell.reason else "")
+    text = f"[{count}/{total}] {terminal_text(cell.label)}: {cell.state}{took}" + \
+        (f" — {terminal_text(cell.reason)}" if cell.reason else "")
     print(("\r\033[K" if tty else "") + text, flush=True)
 
 
@@ -242,7 +245,7 @@ def _report(store: RunStore, sweep: SweepRecord) -> int:
 
 def _print_cells(store: RunStore, sweep: SweepRecord) -> None:
     cells = store.sweep_cells(sweep.id)
-    width = max([len(c.label) for c in cells] + [4])
+    width = max([len(terminal_text(c.label)) for c in cells] + [4])
     print(f"{'#':>3}  {'cell':<{width}}  {'state':<9} {'run':<22} {'samples/s':>10}  reason")
     for cell in cells:
         rate = None
@@ -251,8 +254,8 @@ def _print_cells(store: RunStore, sweep: SweepRecord) -> None:
                 rate = store.get_run(cell.run_id).summary.get("steady_samples_per_s")
             except RunNotFound:
                 pass
-        print(f"{cell.index:>3}  {cell.label:<{width}}  {cell.state:<9} {cell.run_id or '-':<22} "
-              f"{format_rate(rate, '') if rate else '-':>10}  {cell.reason}")
+        print(f"{cell.index:>3}  {terminal_text(cell.label):<{width}}  {cell.state:<9} {cell.run_id or '-':<22} "
+              f"{format_rate(rate, '') if rate else '-':>10}  {terminal_text(cell.reason)}")
 
 
 def add_sweep_commands(sub: argparse._SubParsersAction) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 #: Below this average GPU utilization after warm-up the input pipeline is probably the bottleneck.
 LOW_UTIL_PCT = 60.0
@@ -154,6 +156,94 @@ class LiveRun:
         if self.summary.get("steady_samples_per_s") is not None:
             return self.summary["steady_samples_per_s"]
         return sum(self.steady) / len(self.steady) if self.steady else None
+
+
+@dataclass
+class RunSummary:
+    """What an ended run did, read from the store alone, so every reader (each ``ddpgui follow`` of the run,
+    one started after it ended, the app) gets the same numbers: see :func:`run_summary`."""
+
+    state: str
+    elapsed_s: float | None
+    steps: int
+    final_loss: float | None = None
+    steady_samples_per_s: float | None = None
+    steady_tokens_per_s: float | None = None
+    mem_peak_gib: float | None = None
+    compile_s: float | None = None
+    inference: list[dict] = field(default_factory=list)
+    message: str = ""
+    hint: str = ""
+
+
+def _last(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)] if values.dtype.kind == "f" else np.array([])
+    return float(finite[-1]) if finite.size else None
+
+
+def run_summary(store, run_id: str) -> RunSummary:
+    """The run's summary from its stored record, events and metrics (call it once the run's end is stored).
+
+    Elapsed time is the run's own ``ended_at - started_at`` (not when somebody looked); steps and the final
+    loss are the last stored metric record's; throughput and peak memory the runner's summary event's,
+    else the stored records' (a script's run has no summary event)."""
+    run = store.get_run(run_id)
+    metrics = store.series(run_id, keys=("step", "loss", "samples_per_s", "tokens_per_s", "mem_peak_gib",
+                                         "warmup", "phase"))
+    events = store.records(run_id, "events.jsonl")
+    summary = dict(run.summary)
+    steps = _last(metrics["step"])
+    steady = (metrics["warmup"] != 1) & np.array([p != "inference" for p in metrics["phase"]], dtype=bool) \
+        if metrics["step"].size else np.zeros(0, dtype=bool)
+
+    def steady_mean(key: str) -> float | None:
+        if summary.get(f"steady_{key}") is not None:
+            return summary[f"steady_{key}"]
+        values = metrics[key][steady] if metrics[key].dtype.kind == "f" else np.array([])
+        values = values[np.isfinite(values)]
+        return float(values.mean()) if values.size else None
+
+    peaks = metrics["mem_peak_gib"]
+    peak = summary.get("mem_peak_gib")
+    if peak is None and peaks.dtype.kind == "f" and np.isfinite(peaks).any():
+        peak = float(np.nanmax(peaks))
+    compile_s = next((e.get("duration_s") for e in events if e.get("event") == "compile_end"), None)
+    elapsed = run.ended_at - run.started_at if run.ended_at and run.started_at else None
+    return RunSummary(
+        state=run.state, elapsed_s=None if elapsed is None else max(0.0, elapsed),
+        steps=int(steps) if steps is not None else int(run.last_step or 0),
+        final_loss=summary.get("final_loss") if summary.get("final_loss") is not None else _last(metrics["loss"]),
+        steady_samples_per_s=steady_mean("samples_per_s"), steady_tokens_per_s=steady_mean("tokens_per_s"),
+        mem_peak_gib=peak, compile_s=compile_s,
+        inference=[e for e in events if e.get("event") in ("inference_summary", "inference_unsupported")],
+        message=run.message, hint=run.hint)
+
+
+def summary_lines(summary: RunSummary) -> list[str]:
+    """The summary as printed at the end of ``ddpgui follow``: ``run finished after 00:33: 6000 steps`` and the rest."""
+    lines = [f"run {summary.state} after {format_duration(summary.elapsed_s)}: {summary.steps} steps"]
+    if summary.final_loss is not None:
+        lines.append(f"  final loss          {summary.final_loss:.4f}")
+    if summary.steady_samples_per_s is not None:
+        lines.append(f"  steady throughput   {format_rate(summary.steady_samples_per_s, 'samples/s')}")
+    if summary.steady_tokens_per_s is not None:
+        lines.append(f"  steady tokens       {format_rate(summary.steady_tokens_per_s, 'tok/s')}")
+    if summary.mem_peak_gib is not None:
+        lines.append(f"  peak memory         {summary.mem_peak_gib:.2f} GiB")
+    if summary.compile_s is not None:
+        lines.append(f"  compile time        {summary.compile_s:.1f} s")
+    for rec in summary.inference:
+        if rec.get("event") == "inference_summary":
+            lines.append(f"  inference {rec.get('precision'):5} p50 {rec.get('latency_p50_ms', 0):.2f} ms  "
+                         f"p99 {rec.get('latency_p99_ms', 0):.2f} ms  "
+                         f"{format_rate(rec.get('samples_per_s'), 'samples/s')}")
+        else:
+            lines.append(f"  inference {rec.get('precision'):5} {rec.get('reason')}")
+    if summary.state == "failed":
+        lines.append(f"  error: {summary.message}")
+        if summary.hint:
+            lines.append(f"  hint:  {summary.hint}")
+    return lines
 
 
 def format_duration(seconds: float | None) -> str:

@@ -205,7 +205,15 @@ class SSHConnection:
             client.close()
             raise
         except (paramiko.SSHException, EOFError, OSError) as exc:
+            transport = client.get_transport()
+            silent = transport is not None and not transport.remote_version
             client.close()
+            if silent:  # paramiko's own words ("No existing session") would hide what happened
+                raise HostUnreachable(f"{hop.hostname}:{hop.port} accepted the connection but sent no SSH banner "
+                                      f"within {self.connect_timeout:.0f} s",
+                                      "this port does not answer as an SSH server: check the port (ssh -p PORT "
+                                      "HOST works?), or the server is overloaded; try again later",
+                                      field="port") from None
             raise HostUnreachable(f"the SSH handshake with {hop.hostname}:{hop.port} failed ({exc or type(exc).__name__})",
                                   "check that this port is an SSH server; try again later", field="port") from None
         client.get_transport().set_keepalive(max(1, int(self.keepalive_s)))
@@ -484,7 +492,16 @@ class SSHTarget(Target):
 
     def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
         self._file_call(f"writing {path}", lambda sftp: ssh_files.sftp_write(sftp, path, data, mode),
-                        lambda: ssh_files.exec_write(self, path, data, mode))
+                        lambda: ssh_files.exec_write(self, [(path, data, mode)]))
+
+    def write_files(self, files: list[tuple[str, bytes, int]], written: Callable[[int], None] | None = None) -> None:
+        """Over SFTP one by one; without SFTP all in one exec channel (one round trip, not one per file)."""
+        if not files or self.connection.check_sftp():
+            return super().write_files(files, written)
+        ssh_files.exec_write(self, files, parents=True)
+        for i in range(len(files)):
+            if written:
+                written(i)
 
     def read_file(self, path: str) -> bytes:
         return self._file_call(f"reading {path}", lambda sftp: ssh_files.sftp_read(sftp, path),
