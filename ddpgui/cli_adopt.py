@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .cli import EXIT_OK, _manager
+from .cli import EXIT_OK, CLIError, _manager
 from .cli_output import terminal_text
 from .core.adopt import adopt_runs
 
@@ -18,7 +18,11 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     with _manager(args) as manager:
         result = adopt_runs(manager, args.hosts)
         for run_id in result.ended:  # their points are stored by the followers; a live run is followed later
-            manager.wait(run_id, timeout=WAIT_S)
+            try:
+                manager.wait(run_id, timeout=WAIT_S)
+            except TimeoutError:
+                raise CLIError(f"run {run_id} was adopted but its points are still arriving after {WAIT_S:.0f} s",
+                               f"store the rest with: ddpgui follow {run_id}") from None
         adopted = [manager.store.get_run(r.id) for r in result.adopted]
     if args.json:
         print(json.dumps({"adopted": [r.id for r in adopted], "known": result.known,

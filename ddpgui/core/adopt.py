@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from remote_runner.config import ConfigError, config_from_dict
 from remote_runner.status import FINAL_STATES
 
 from .store import RunNotFound, RunRecord
@@ -52,11 +53,17 @@ def adopt_runs(manager: RunManager, hosts: list[str], follow: bool = True) -> Ad
         listing = manager.target(host).list_runs()
         for entry in listing.get("runs", []):
             config = entry.get("config")
+            where = f"{host}:{entry.get('run_dir')}"
             if not isinstance(config, dict):
-                result.skipped.append((f"{host}:{entry.get('run_dir')}", entry.get("error") or "no config.json"))
+                result.skipped.append((where, entry.get("error") or "no config.json"))
                 continue
-            run_id = config.get("run_id") or posixpath.basename(entry["run_dir"])
-            node = int(config.get("node_rank") or 0) if int(config.get("nnodes") or 1) > 1 else 0
+            try:
+                cfg = config_from_dict(config)
+            except ConfigError as exc:
+                result.skipped.append((where, f"its config.json is not one this version reads: {exc}"))
+                continue
+            run_id = cfg.run_id or posixpath.basename(entry["run_dir"])
+            node = cfg.node_rank if cfg.nnodes > 1 else 0
             found.setdefault(run_id, {}).setdefault(node, []).append(
                 _NodeDir(host, listing.get("host", ""), entry["run_dir"], config, entry.get("status")))
     hosts = list(dict.fromkeys(hosts))
@@ -80,7 +87,7 @@ def adopt_runs(manager: RunManager, hosts: list[str], follow: bool = True) -> Ad
         result.adopted.append(record)
         if record.state == "failed" and record.failure == "launch_interrupted":
             continue
-        if chosen[0].status and chosen[0].status.get("state") in FINAL_STATES:
+        if all((d.status or {}).get("state") in FINAL_STATES for d in chosen.values()):
             result.ended.append(run_id)
         if follow:
             manager.follow(run_id)
