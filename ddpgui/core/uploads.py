@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SIZE_CAP = 50 * 2**20
 MANIFEST = ".ddpgui-manifest.json"
+#: Files handed to the target at once (one exec channel on hosts without SFTP).
+BATCH_BYTES, BATCH_FILES = 16 * 2**20, 256
 MANIFEST_SCHEMA = 1
 #: Directories never uploaded, by name.
 SKIP_DIRS = {
@@ -170,6 +172,20 @@ def _read_manifest(target: Target, path: str) -> dict[str, str]:
     return {rel: h for rel, h in data["files"].items() if isinstance(rel, str) and isinstance(h, str)}
 
 
+def _batches(files: list[LocalFile]) -> Iterator[list[LocalFile]]:
+    """Runs of files of at most BATCH_BYTES (or one bigger file) and BATCH_FILES: what is read into memory at once."""
+    batch: list[LocalFile] = []
+    size = 0
+    for f in files:
+        if batch and (size + f.size > BATCH_BYTES or len(batch) >= BATCH_FILES):
+            yield batch
+            batch, size = [], 0
+        batch.append(f)
+        size += f.size
+    if batch:
+        yield batch
+
+
 def upload_dir(target: Target, local_dir: str | Path, remote_dir: str | None = None, *,
                size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None) -> UploadResult:
     """Bring ``remote_dir`` up to date with ``local_dir``; returns what was done."""
@@ -184,18 +200,15 @@ def upload_dir(target: Target, local_dir: str | Path, remote_dir: str | None = N
     total = sum(f.size for f in changed)
     if progress:
         progress(0, total, 0, len(changed))
-    made = {remote_dir}
-    for f in changed:
-        destination = posixpath.join(remote_dir, f.rel)
-        parent = posixpath.dirname(destination)
-        if parent not in made:
-            target.makedirs(parent, 0o700)
-            made.add(parent)
-        target.write_file(destination, _read_regular(f.path), f.mode)
-        result.uploaded.append(f.rel)
-        result.uploaded_bytes += f.size
-        if progress:
-            progress(result.uploaded_bytes, total, len(result.uploaded), len(changed))
+    for batch in _batches(changed):
+        def written(i: int, batch: list[LocalFile] = batch) -> None:
+            result.uploaded.append(batch[i].rel)
+            result.uploaded_bytes += batch[i].size
+            if progress:
+                progress(result.uploaded_bytes, total, len(result.uploaded), len(changed))
+
+        target.write_files([(posixpath.join(remote_dir, f.rel), _read_regular(f.path), f.mode) for f in batch],
+                           written)
     current = {f.rel for f in files}
     result.removed = sorted(rel for rel in before if rel not in current)
     if result.removed:

@@ -241,3 +241,26 @@ def test_hosts_test_and_probe_commands_say_so(cli_name, capsys):
     captured = capsys.readouterr()
     assert rc in (0, 1) and f"Note: {NO_SFTP_NOTE}" in captured.out
     assert "dropped" not in captured.out + captured.err
+
+
+def test_many_files_go_in_one_exec_channel(target, tmp_path):
+    local = tmp_path / "many"
+    for i in range(60):
+        path = local / f"pkg{i % 6}" / "sub dir ✓" / f"m{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"X = {i}\n")
+    (local / "pkg0" / "run.sh").write_text("#!/bin/sh\n")
+    (local / "pkg0" / "run.sh").chmod(0o755)
+    commands = []
+    run = target.connection.run
+    target.connection.run = lambda argv, **kw: (commands.append(argv), run(argv, **kw))[1]
+    progress = []
+    result = upload_dir(target, local, progress=lambda *p: progress.append(p))
+    assert len(result.uploaded) == 61 and progress[-1][2:] == (61, 61)
+    # make the directory, read the manifest, all 61 files, write the manifest
+    assert len(commands) == 4, [c[:2] for c in commands]
+    remote = result.remote_dir
+    for i in (0, 37, 59):
+        assert target.read_file(posixpath.join(remote, f"pkg{i % 6}", "sub dir ✓", f"m{i}.py")) == f"X = {i}\n".encode()
+    assert stat.S_IMODE(os.stat(posixpath.join(remote, "pkg0", "run.sh")).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(posixpath.join(remote, "pkg3", "sub dir ✓")).st_mode) & 0o077 == 0

@@ -37,34 +37,47 @@ _FAIL = ("def fail(e):\n"
          " sys.exit(3)\n")
 
 _WRITE = ("import hashlib,json,os,sys\n" + _FAIL +
-          "path,mode,want=sys.argv[1],int(sys.argv[2],8),sys.argv[3]\n"
-          "tmp=os.path.join(os.path.dirname(path) or '.','.tmp-'+sys.argv[4])\n"
-          "h=hashlib.sha256()\n"
-          "try:\n"
+          "def put(h,src):\n"
+          " path,mode,left=h['path'],h['mode'],h['size']\n"
+          " d=os.path.dirname(path) or '.'\n"
+          " missing=[]\n"
+          " while h['parents'] and not os.path.isdir(d):\n"
+          "  missing.append(d)\n"
+          "  d=os.path.dirname(d)\n"
+          " for m in reversed(missing):\n"
+          "  os.mkdir(m,0o700)\n"
+          " tmp=os.path.join(os.path.dirname(path) or '.','.tmp-'+h['tag'])\n"
           " fd=os.open(tmp,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)\n"
-          "except OSError as e:\n"
-          " fail(e)\n"
-          "try:\n"
-          " with os.fdopen(fd,'wb') as f:\n"
-          "  while True:\n"
-          "   b=sys.stdin.buffer.read(1<<16)\n"
-          "   if not b:\n"
-          "    break\n"
-          "   h.update(b)\n"
-          "   f.write(b)\n"
-          "  f.flush()\n"
-          "  os.fchmod(f.fileno(),mode)\n"
-          " if h.hexdigest()!=want:\n"
-          "  raise OSError(0,'the data that arrived does not match its sha256 (got '+h.hexdigest()+')',path)\n"
-          " os.replace(tmp,path)\n"
-          "except BaseException as e:\n"
+          " sha=hashlib.sha256()\n"
           " try:\n"
-          "  os.unlink(tmp)\n"
-          " except OSError:\n"
-          "  pass\n"
-          " if isinstance(e,OSError):\n"
-          "  fail(e)\n"
-          " raise\n")
+          "  with os.fdopen(fd,'wb') as f:\n"
+          "   while left:\n"
+          "    b=src.read(min(left,1<<16))\n"
+          "    if not b:\n"
+          "     raise OSError(0,'the data stream ended early',path)\n"
+          "    left-=len(b)\n"
+          "    sha.update(b)\n"
+          "    f.write(b)\n"
+          "   f.flush()\n"
+          "   os.fchmod(f.fileno(),mode)\n"
+          "  if sha.hexdigest()!=h['sha256']:\n"
+          "   raise OSError(0,'the data that arrived does not match its sha256',path)\n"
+          "  os.replace(tmp,path)\n"
+          " except BaseException:\n"
+          "  try:\n"
+          "   os.unlink(tmp)\n"
+          "  except OSError:\n"
+          "   pass\n"
+          "  raise\n"
+          "src=sys.stdin.buffer\n"
+          "while True:\n"
+          " line=src.readline()\n"
+          " if not line:\n"
+          "  break\n"
+          " try:\n"
+          "  put(json.loads(line.decode('utf-8')),src)\n"
+          " except OSError as e:\n"
+          "  fail(e)\n")
 
 _READ = ("import hashlib,json,os,sys\n" + _FAIL +
          "h=hashlib.sha256()\n"
@@ -174,10 +187,17 @@ def _run(target: SSHTarget, what: str, snippet: str, args: list[str], stdin: byt
                       "sshd_config)", field=cause.field)
 
 
-def exec_write(target: SSHTarget, path: str, data: bytes, mode: int) -> None:
-    digest = hashlib.sha256(data).hexdigest()
-    _run(target, f"writing {path}", _WRITE, [path, f"{mode:o}", digest, token.token_hex(8)], stdin=data,
-         size=len(data))
+def exec_write(target: SSHTarget, files: list[tuple[str, bytes, int]], parents: bool = False) -> None:
+    """Write each ``(path, data, mode)`` through one exec channel: a JSON header line, then the bytes, per file;
+    ``parents``: make missing parent directories (0700) as well."""
+    stream = bytearray()
+    for path, data, mode in files:
+        header = {"path": path, "mode": mode, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                  "tag": token.token_hex(8), "parents": parents}
+        stream += json.dumps(header).encode() + b"\n"
+        stream += data
+    what = f"writing {files[0][0]}" + (f" and {len(files) - 1} more files" if len(files) > 1 else "")
+    _run(target, what, _WRITE, [], stdin=bytes(stream), size=len(stream))
 
 
 def exec_read(target: SSHTarget, path: str) -> bytes:
