@@ -1,6 +1,6 @@
 """RunManager: launch runs, follow every active one into the store, reconnect, reattach, stop.
 
-One :class:`HostFollower` thread per host connection reads the ``follow``
+One :class:`~ddpgui.core.follower.HostFollower` thread per host connection reads the ``follow``
 streams of all that host's active runs (channels multiplexed on one SSH
 connection, or local pipes), waiting on all of them with one ``select``.  Each
 read's chunks are stored with their offsets in one transaction, so nothing is
@@ -11,49 +11,27 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import select
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from remote_runner.config import ConfigError, RunConfig, config_from_dict
 from remote_runner.status import FINAL_STATES
 
-from . import multinode
+from . import launches, multinode
 from .errors import describe
 from .multinode import Preflight
 from .hosts import HostStore
 from .package import RunnerPackage, build_runner
-from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError
+from .follower import HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate and Listener are re-exported)
+from .protocol import Chunk, Heartbeat
 from .runs import make_config
-from .store import RunRecord, RunStore, StoreGapError
-from .targets.base import ConnectionLost, Progress, Stream, Target, TargetError
+from .store import RunRecord, RunStore
+from .targets.base import Progress, Target, TargetError
 
 log = logging.getLogger(__name__)
 
-#: A stream silent this long (the runner beats every second) counts as a dropped link.
-SILENCE_S = 5.0
-#: Reconnect delays after a dropped link, in seconds (the last one repeats).
-BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-
 OpenTarget = Callable[[str], Target]
-
-
-@dataclass
-class RunUpdate:
-    """What changed in a run: new records per spool, and its row when its state changed."""
-
-    run_id: str
-    node: int = 0
-    records: dict[str, list[dict]] = field(default_factory=dict)
-    logs: dict[str, bytes] = field(default_factory=dict)
-    run: RunRecord | None = None
-    host: str | None = None
-    connection: str | None = None  # "lost" when the host's link dropped (it is retried)
-
-
-Listener = Callable[[RunUpdate], None]
 
 
 def environment_fingerprint(probe: dict) -> dict:
@@ -64,139 +42,6 @@ def environment_fingerprint(probe: dict) -> dict:
             "driver": probe.get("driver_version"), "cuda": torch.get("cuda_build"), "torch": torch.get("version"),
             "nccl": (torch.get("nccl") or {}).get("version"), "python": (probe.get("python") or {}).get("version"),
             "cpu": probe.get("cpu_model"), "cpu_count": probe.get("cpu_count")}
-
-
-class _Follow:
-    """One (run, node) being followed: its stream and decoder."""
-
-    def __init__(self, run_id: str, node: int, run_dir: str):
-        self.run_id, self.node, self.run_dir = run_id, node, run_dir
-        self.stream: Stream | None = None
-        self.decoder = FollowDecoder()
-        self.last_data = time.monotonic()
-
-
-class HostFollower(threading.Thread):
-    """Follows every active run of one host through that host's one connection."""
-
-    def __init__(self, manager: RunManager, host: str):
-        super().__init__(name=f"follow-{host}", daemon=True)
-        self.manager, self.host = manager, host
-        self._lock = threading.Lock()
-        self._pending: list[_Follow] = []
-        self._follows: dict[tuple[str, int], _Follow] = {}
-        self._halt = threading.Event()
-
-    def add(self, run_id: str, node: int, run_dir: str) -> None:
-        with self._lock:
-            self._pending.append(_Follow(run_id, node, run_dir))
-
-    def stop(self) -> None:
-        self._halt.set()
-
-    def run(self) -> None:
-        failures = 0
-        while not self._halt.is_set():
-            try:
-                self._open_pending()
-                if not self._follows:
-                    self._halt.wait(0.05)
-                    continue
-                self._read_once()
-                failures = 0
-            except (TargetError, OSError, ProtocolError) as exc:  # ConnectionLost is a TargetError
-                failures += 1
-                log.warning("following runs on %s: %s (retry %d)", self.host, exc, failures)
-                self.manager._emit(RunUpdate(run_id="", host=self.host, connection="lost"))
-                self._reset_all()
-                self._halt.wait(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
-            except Exception:  # never let the follower die silently: log and retry
-                log.exception("follower for %s crashed; restarting its streams", self.host)
-                self._reset_all()
-                self._halt.wait(1.0)
-        self._close_all()
-
-    def _open_pending(self) -> None:
-        """Open a stream for each run waiting to be followed; one that fails stays waiting."""
-        with self._lock:
-            pending = list(self._pending)
-        if not pending:
-            return
-        target = self.manager.target(self.host)
-        for follow in pending:
-            key = (follow.run_id, follow.node)
-            if key not in self._follows:
-                offsets = self.manager.store.offsets(follow.run_id, follow.node)
-                follow.stream = target.stream(target.follow_command(follow.run_dir, offsets))
-                follow.last_data = time.monotonic()
-                self._follows[key] = follow
-            with self._lock:
-                self._pending.remove(follow)
-
-    def _read_once(self) -> None:
-        by_fd = {f.stream.fileno(): f for f in self._follows.values()}
-        ready, _, _ = select.select(list(by_fd), [], [], 0.25)
-        now = time.monotonic()
-        for fd in ready:
-            follow = by_fd[fd]
-            try:
-                data = follow.stream.read(0.0)
-            except TimeoutError:  # woken by something other than stdout (SSH stderr): nothing to read
-                continue
-            follow.last_data = now
-            if not data:
-                raise ConnectionLost(f"the follow stream of run {follow.run_id} ended early")
-            self._handle(follow, follow.decoder.feed(data))
-        for follow in list(self._follows.values()):
-            if now - follow.last_data > SILENCE_S:
-                raise ConnectionLost(f"no data from {self.host} for {SILENCE_S:.0f} s")
-
-    def _handle(self, follow: _Follow, messages: list) -> None:
-        chunks = [m for m in messages if isinstance(m, Chunk)]
-        if chunks:
-            try:
-                self.manager._store_chunks(follow.run_id, follow.node, chunks)
-            except StoreGapError:
-                # The stream and the store disagree (e.g. a chunk stored by another follower): start over
-                # from what the store holds.
-                self._restart(follow)
-                return
-        for message in messages:
-            if isinstance(message, End):
-                self._finish(follow, message)
-            elif isinstance(message, Heartbeat):
-                self.manager._heartbeat(follow.run_id, message)
-
-    def _finish(self, follow: _Follow, end: End) -> None:
-        self._close(follow)
-        if end.ended:
-            self.manager._run_ended(follow.run_id, follow.node, end.status)
-
-    def _restart(self, follow: _Follow) -> None:
-        self._close(follow)
-        self.add(follow.run_id, follow.node, follow.run_dir)
-
-    def _close(self, follow: _Follow) -> None:
-        self._follows.pop((follow.run_id, follow.node), None)
-        if follow.stream is not None:
-            follow.stream.close()
-            follow.stream = None
-
-    def _reset_all(self) -> None:
-        """Drop every stream (and the connection); each run is followed again from the stored offsets."""
-        follows = list(self._follows.values())
-        self._close_all()
-        self.manager.drop_target(self.host)
-        with self._lock:
-            self._pending = [_Follow(f.run_id, f.node, f.run_dir) for f in follows] + self._pending
-
-    def _close_all(self) -> None:
-        for follow in list(self._follows.values()):
-            try:
-                self._close(follow)
-            except Exception:  # a stream on a dead link may fail to close; it is gone either way
-                pass
-        self._follows.clear()
 
 
 class RunManager:
@@ -278,19 +123,27 @@ class RunManager:
             raise ConfigError("nnodes", f"a run on {cfg.nnodes} nodes is launched on as many hosts: use launch_nodes "
                                         "(ddpgui launch --nodes A,B)")
         self.hosts.get(host)  # an unknown profile fails here, before anything is created
+        # The row names this process as its launcher: should it die mid-launch, the run is known abandoned
+        # (ddpgui.core.launches), while another process launching a run is left alone.
         record = self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=[host], config=cfg.to_dict(),
-                                       state="launching", total_steps=cfg.steps, sweep_id=sweep_id)
+                                       state="launching", total_steps=cfg.steps, sweep_id=sweep_id,
+                                       environment=launches.launcher(launches.STAGE_CONNECTING))
         try:
             target = self.target(host, progress)
             if cfg.mode == "script":
                 from .uploads import upload_script_dir
 
+                self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_UPLOADING))
                 cfg.script.dir = upload_script_dir(target, cfg.script.dir, progress=progress)
                 self.store.update_run(cfg.run_id, config=cfg.to_dict())
             environment = self.environment(host)
+            self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_STARTING))
             result = target.launch(cfg)
-        except Exception as exc:
-            message, hint = describe(exc)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                message, hint = describe(exc)
+            else:  # Ctrl-C, or the process is being ended
+                message, hint = "the launch was interrupted before it finished", f"rerun it (ddpgui rerun {cfg.run_id})"
             self.store.update_run(cfg.run_id, state="failed", message=message, hint=hint, failure="launch_failed",
                                   ended_at=time.time())
             raise
@@ -349,7 +202,8 @@ class RunManager:
 
     def reattach(self, run_ids: Iterable[str] | None = None) -> list[str]:
         """Follow every run the store says is still active (after an app restart), or those of ``run_ids``
-        among them; returns their ids.  One caught mid-launch is marked failed ("launch_interrupted")."""
+        among them; returns their ids.  One whose launcher died mid-launch is marked failed
+        ("launch_incomplete"); one another live process is launching is left to it."""
         ids, only = [], None if run_ids is None else set(run_ids)
         for record in self.store.active_runs():
             if only is not None and record.id not in only:
@@ -357,10 +211,8 @@ class RunManager:
             if record.run_dirs:
                 self.follow(record.id)
                 ids.append(record.id)
-            elif record.state == "launching":
-                self.store.update_run(record.id, state="failed", failure="launch_interrupted",
-                                      message="the app stopped while this run was being launched",
-                                      hint="rerun it", ended_at=time.time())
+            else:
+                launches.settle(self.store, record)
         return ids
 
     def _store_chunks(self, run_id: str, node: int, chunks: list[Chunk]) -> None:
@@ -390,7 +242,11 @@ class RunManager:
             self._emit(RunUpdate(run_id, run=self.store.update_run(run_id, state=beat.state)))
 
     def _run_ended(self, run_id: str, node: int, status: dict) -> None:
-        if len(self.store.get_run(run_id).run_dirs) > 1:
+        record = self.store.get_run(run_id)
+        if status.get("failure") == "run_dir_missing":  # the runner cannot know the host's profile name
+            status = dict(status, message=f"the run's directory {record.run_dirs.get(node, '')} is gone from "
+                                          f"{record.hosts[node] if node < len(record.hosts) else record.host}")
+        if len(record.run_dirs) > 1:
             self._node_ended(run_id, node, status)
             return
         changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
@@ -449,12 +305,31 @@ class RunManager:
         """End every process of the run on its host(s); the follower records the final state."""
         record = self.store.get_run(run_id)
         status = {}
+        if not record.run_dirs:  # its launch never completed: nothing runs on a host, it ends at once
+            if record.active and launches.launcher_alive(record) and record.state == "launching":
+                raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
+                                  "wait until its launch has finished and stop it then, or end that process")
+            if record.active:
+                record = self.store.update_run(run_id, state="stopped", ended_at=time.time(), hint="",
+                                               message="stopped before its launch had finished")
+                self._emit(RunUpdate(run_id, run=record))
+                with self._ended:
+                    self._ended.notify_all()
+            return record
         if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
             multinode.stop_nodes(self, record, list(record.run_dirs))
             status = {"state": "stopped"}
         else:
             for node, run_dir in record.run_dirs.items():
-                status = self.target(record.hosts[int(node)]).stop(run_dir)
+                try:
+                    status = self.target(record.hosts[int(node)]).stop(run_dir)
+                except TargetError as exc:
+                    if exc.failure != "run_dir_missing":
+                        raise
+                    self._run_ended(run_id, int(node), {"state": "failed", "failure": "run_dir_missing",
+                                                        "hint": "the records received so far are kept; rerun the "
+                                                                "experiment to run it again"})
+                    return self.store.get_run(run_id)
         if record.state not in FINAL_STATES and status.get("state") in FINAL_STATES:
             self.follow(run_id)  # make sure the final records and state arrive
         return self.store.get_run(run_id)
@@ -465,6 +340,9 @@ class RunManager:
         Callers confirm with the user first; a run still active is stopped before.
         """
         record = self.store.get_run(run_id)
+        if record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
+            raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
+                              "wait until its launch has finished (or end that process), then delete it")
         if record.active and record.run_dirs:
             self.stop(run_id)
         if remote:

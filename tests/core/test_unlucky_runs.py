@@ -1,0 +1,158 @@
+"""Runs that meet bad luck on this computer, through real CLI processes and the real store:
+
+* the CLI killed (SIGKILL) during a script upload: the run is shown as a launch that did not finish, and
+  ``runs``, ``follow``, ``stop``, ``delete`` and ``rerun`` each behave and come back;
+* the run directory removed while ``follow`` watches: it ends with "the run's directory is gone".
+
+The kill lands during the upload deterministically: the CLI runs under a driver that, once the upload's
+progress reports its first file, says so in a file and waits there (the test then kills it).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ddpgui.core.store import RunStore
+from remote_runner.status import read_status
+from spools import wait_for
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = 'import time\nfor i in range(1, 4):\n    print(f"step {i} loss {1.0 / i}", flush=True)\n'
+
+
+def _cli(args, env, timeout=300):
+    proc = subprocess.run([sys.executable, "-m", "ddpgui", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def env(tmp_path):
+    return dict(os.environ, DDPGUI_DATA_DIR=str(tmp_path / "data"), DDPGUI_CONFIG_DIR=str(tmp_path / "config"))
+
+
+def _store(tmp_path):
+    return RunStore(tmp_path / "data" / "runs.sqlite3")
+
+
+def _held_launch(tmp_path, env):
+    """A real ``ddpgui launch local --script DIR`` process held after its first uploaded file; returns it."""
+    script = tmp_path / "script"
+    script.mkdir(exist_ok=True)
+    (script / "a.bin").write_bytes(os.urandom(1 << 20))
+    (script / "b.bin").write_bytes(os.urandom(1 << 20))
+    (script / "train.py").write_text(SCRIPT)
+    marker = tmp_path / "uploading"
+    marker.unlink(missing_ok=True)
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""\
+        import sys, time
+        import ddpgui.cli as cli
+
+        def held(done, total, files_done, files_total):
+            if files_total == 3 and files_done >= 1:  # the script (3 files), not the runner (1)
+                open({str(marker)!r}, "w").close()
+                while True:
+                    time.sleep(1)
+
+        cli._upload_progress = held
+        sys.exit(cli.main(sys.argv[1:]))
+        """))
+    proc = subprocess.Popen([sys.executable, str(driver), "launch", "local", "--script", str(script), "--nproc", "1",
+                             "--name", "killed mid-upload"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert wait_for(marker.exists, timeout=120), proc.communicate(timeout=60)
+    return proc
+
+
+def test_launch_killed_during_upload_is_shown_followed_deleted_and_rerun(tmp_path, env):
+    proc = _held_launch(tmp_path, env)
+    with _store(tmp_path) as store:
+        (record,) = store.list_runs()
+    assert record.state == "launching" and not record.run_dirs
+
+    # While its launcher lives, another process leaves the launch alone.
+    rc, out, err = _cli(["runs"], env, timeout=60)
+    assert rc == 0 and "launching" in out, out + err
+    rc, out, err = _cli(["stop", record.id], env, timeout=60)
+    assert rc == 1 and "being launched right now by pid" in err, out + err
+
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+
+    rc, out, err = _cli(["runs"], env, timeout=60)
+    assert rc == 0 and "launching" not in out and "failed" in out, out + err
+    with _store(tmp_path) as store:
+        settled = store.get_run(record.id)
+    assert (settled.state, settled.failure) == ("failed", "launch_incomplete")
+    assert settled.message == "the launch did not finish (the app was closed while uploading the script)"
+
+    rc, out, err = _cli(["follow", record.id], env, timeout=60)
+    assert rc == 1 and "the launch did not finish" in out + err and "Traceback" not in err, out + err
+    rc, out, err = _cli(["stop", record.id], env, timeout=60)
+    assert rc == 0 and "already failed" in out, out + err
+
+    rc, out, err = _cli(["rerun", record.id, "--follow"], env, timeout=300)
+    assert rc == 0, out + err
+    rc, out, err = _cli(["delete", record.id, "--yes"], env, timeout=60)
+    assert rc == 0 and "no run directory" in out and "directory  on" not in out, out + err
+    with _store(tmp_path) as store:
+        (rerun,) = store.list_runs()
+    assert rerun.id != record.id and rerun.state == "finished" and rerun.last_step == 3
+
+
+def test_stop_and_delete_of_a_launch_killed_during_upload(tmp_path, env):
+    proc = _held_launch(tmp_path, env)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    with _store(tmp_path) as store:
+        (record,) = store.list_runs()
+    assert record.state == "launching"  # nothing looked at it yet
+    rc, out, err = _cli(["stop", record.id], env, timeout=60)
+    assert rc == 0 and f"run {record.id} stopped: stopped before its launch had finished" in out, out + err
+    rc, out, err = _cli(["delete", record.id, "--yes"], env, timeout=60)
+    assert rc == 0 and "no run directory" in out, out + err
+    with _store(tmp_path) as store:
+        assert store.list_runs() == []
+
+
+def test_run_directory_removed_mid_follow(tmp_path, env):
+    follow = subprocess.Popen([sys.executable, "-m", "ddpgui", "launch", "local", "--workload", "linear", "--steps",
+                               "100000", "--nproc", "1", "--follow"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+
+    def running():
+        if not (tmp_path / "data" / "runs.sqlite3").exists():
+            return None
+        with _store(tmp_path) as store:
+            runs = store.list_runs()
+            return runs and runs[0].last_step and runs[0]
+
+    record = None
+    try:
+        assert wait_for(running, timeout=180)
+        record = running()
+        run_dir = record.run_dirs[0]
+        status = read_status(run_dir)
+        os.rename(run_dir, run_dir + ".removed")  # rm -rf would race the files the live run keeps creating
+        out, err = follow.communicate(timeout=120)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+        if record is not None:
+            try:
+                os.killpg(status["pgid"], signal.SIGKILL)
+            except (ProcessLookupError, KeyError, NameError):
+                pass
+            shutil.rmtree(record.run_dirs[0] + ".removed", ignore_errors=True)
+    assert follow.returncode == 1, out + err
+    assert f"the run's directory {run_dir} is gone from local" in out + err
+    with _store(tmp_path) as store:
+        final = store.get_run(record.id)
+    assert (final.state, final.failure) == ("failed", "run_dir_missing")
