@@ -12,6 +12,8 @@ import json
 import sys
 from collections.abc import Callable
 
+from remote_runner.config import env_problem
+
 from .core import secrets
 from .core.host_keys import HostKeyInfo
 from .core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore
@@ -70,6 +72,9 @@ def env_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    problem = env_problem(key, value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return key, value
 
 

@@ -23,6 +23,9 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 INFERENCE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$")
+#: An environment variable name as POSIX shells accept it (``NCCL_DEBUG``, ``_X1``): the one rule for
+#: ``launch --env``, ``hosts --node-env``, a host profile's env, sweeps, the app's forms and config.json.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ConfigError(ValueError):
@@ -31,6 +34,28 @@ class ConfigError(ValueError):
     def __init__(self, field_name: str, message: str):
         super().__init__("config field %r: %s" % (field_name, message))
         self.field = field_name
+
+
+def env_problem(name: object, value: object = "") -> Optional[str]:
+    """Why ``name=value`` cannot be an environment variable (None when it can)."""
+    if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+        return ("%r is not an environment variable name: use letters, digits and '_', not starting with a digit "
+                "(e.g. NCCL_DEBUG)" % (name,))
+    if not isinstance(value, str):
+        return "the value of %s must be text, got %r" % (name, value)
+    if "\0" in value:
+        return "the value of %s holds a NUL character" % name
+    return None
+
+
+def check_env(env: object, field_name: str = "env") -> None:
+    """Raise ConfigError(field_name) naming the first bad variable of ``env`` (a mapping of name to text)."""
+    if not isinstance(env, dict):
+        raise ConfigError(field_name, "must map environment variable names to text values, got %r" % (env,))
+    for name, value in env.items():
+        problem = env_problem(name, value)
+        if problem:
+            raise ConfigError(field_name, problem)
 
 
 @dataclass
@@ -132,9 +157,7 @@ class RunConfig:
             raise ConfigError("minutes", "must be positive, got %r" % self.minutes)
         if self.mode == "script" and self.script is None:
             raise ConfigError("script", "script mode needs script.dir and script.entry")
-        for key, value in self.env.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ConfigError("env", "invalid environment variable %r" % key)
+        check_env(self.env)
 
     @property
     def world_size(self) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import paramiko
 
+from remote_runner.config import env_problem
 from remote_runner.status import atomic_write
 
 from . import secrets
@@ -39,7 +40,6 @@ AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
 SECRET_KIND = {"key_passphrase": secrets.PASSPHRASE, "password": secrets.PASSWORD}
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[^\s@/\\'\"`$;&|<>()]+$")
 _USER = re.compile(r"^[^\s@:/'\"`$;&|<>()]*$")
 _HOP = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:\s@\[\]]+)(?::(?P<port>\d+))?$")
@@ -105,9 +105,10 @@ class HostProfile:
                                                and not isinstance(self.price_per_hour, bool)
                                                and self.price_per_hour >= 0),
                "price_per_hour", f"must be a number >= 0 or empty, got {self.price_per_hour!r}")
-        _check(isinstance(self.nccl_env, dict) and all(
-            isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) for k, v in self.nccl_env.items()),
-            "nccl_env", "must map environment variable names to text values")
+        _check(isinstance(self.nccl_env, dict), "nccl_env", "must map environment variable names to text values")
+        for key, value in self.nccl_env.items():
+            problem = env_problem(key, value)
+            _check(problem is None, "nccl_env", problem)
         _check(isinstance(self.python, str) and "\n" not in self.python, "python", "must be one line")
         _check(isinstance(self.run_root, str) and "\n" not in self.run_root, "run_root", "must be one line")
         if self.is_local:
