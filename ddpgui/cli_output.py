@@ -17,6 +17,8 @@ import signal
 import sys
 from collections.abc import Callable
 
+from .core.logs import quiet_library_logs
+
 #: Exit code of a command interrupted by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
 #: Characters shown escaped besides the C0/C1 controls: the BIDI embeddings, overrides, isolates and marks,
@@ -75,13 +77,9 @@ class _StderrHandler(logging.StreamHandler):
 def configure_logging() -> None:
     """Library log records (paramiko's "Error reading SSH protocol banner" and its tracebacks) go nowhere
     unless ``DDPGUI_DEBUG`` is set; then everything at DEBUG goes to stderr."""
-    root = logging.getLogger()
-    if os.environ.get("DDPGUI_DEBUG", "").strip() not in ("", "0"):
-        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if quiet_library_logs():
         return
-    root.addHandler(logging.NullHandler())  # also stops logging's last-resort handler printing warnings
-    logging.getLogger("paramiko").propagate = False
-    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    logging.getLogger().addHandler(logging.NullHandler())  # also stops logging's last-resort handler
     # Our own notices stay visible: the files a script upload skipped, and why (a link out of the folder...).
     uploads = logging.getLogger("ddpgui.core.uploads")
     if not any(getattr(h, "ddpgui_notice", False) for h in uploads.handlers):

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from ddpgui.core.errors import describe
 from ddpgui.core.hosts import HostError, HostStore
+from ddpgui.core.logs import quiet_library_logs
 from ddpgui.core.store import RunStore, StoreError
 
 from . import platform_check
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None,
 
     ``show_error`` shows the start-up error dialog (tests read and close it instead of blocking).
     """
+    quiet_library_logs()  # paramiko's own tracebacks (a host that sends no banner) stay off stderr
     problem = platform_check.problem()
     if problem:  # before QApplication: Qt aborts the process when no platform plugin loads
         print(problem, file=sys.stderr)
