@@ -213,6 +213,7 @@ def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int 
             started = time.perf_counter()
             targets["exec"].exec(["true"])
             command_ms.append((time.perf_counter() - started) * 1000)
+        tree_s = _tree_uploads(root, targets, repeats=3)
         for target in targets.values():
             target.close()
     finally:
@@ -224,7 +225,30 @@ def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int 
                 note=f"median of {repeats}; {_spread(rates['exec'])}; sha256-checked, renamed"),
             Row("exec-channel / SFTP upload rate", exec_ / sftp, "x", note="interleaved, one run"),
             Row("one exec channel running `true` (fixed cost per transfer)", median(command_ms), "ms",
-                note=_spread(command_ms))]
+                note=_spread(command_ms)),
+            Row("script dir of 200 small files over SFTP", median(tree_s["sftp"]), "s",
+                note=f"median of 3; {_spread(tree_s['sftp'])}"),
+            Row("script dir of 200 small files over exec channels", median(tree_s["exec"]), "s",
+                note=f"median of 3; {_spread(tree_s['exec'])}; one channel for all files")]
+
+
+def _tree_uploads(root: Path, targets: dict, repeats: int) -> dict[str, list[float]]:
+    """Seconds to upload a fresh copy of a 200-file script directory (2 KiB each, 10 folders), interleaved."""
+    from ddpgui.core.uploads import upload_dir
+
+    tree = root / "tree"
+    for i in range(200):
+        path = tree / f"pkg{i % 10}" / f"mod{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(2048))
+    seconds: dict[str, list[float]] = {"sftp": [], "exec": []}
+    for i in range(repeats):
+        for name in (("sftp", "exec") if i % 2 == 0 else ("exec", "sftp")):
+            target = targets[name]
+            started = time.perf_counter()
+            upload_dir(target, tree, os.path.join(target.run_root(), f"tree{i}"))
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
 
 
 def run() -> list[Row]:
