@@ -417,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    return run_command(lambda: _parse_and_run(argv))  # Ctrl-C and closed pipes, from the first line of output on
+
+
+def _parse_and_run(argv: list[str]) -> int:
     # What follows "--" is the script's (argparse would mistake it for an optional HOST).
     head, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = build_parser()
@@ -425,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "script_args"):
             parser.error(f"unexpected arguments after --: {' '.join(script_args)}")
         args.script_args = [*args.script_args, *script_args]
-    return run_command(lambda: _run(args))
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cli_output import terminal_text
 from .core import analysis, figures, report
 from .core.hosts import HostStore
 from .core.store import RunRecord, RunStore
@@ -112,9 +113,10 @@ def _print_table(comparison: analysis.Comparison) -> None:
             f" [{speed.low:.3f}, {speed.high:.3f}]" if speed.low is not None and speed.low != speed.high else "")
         memory = "-" if mem.mean is None else f"{mem.mean:.3g}"
         base = " (baseline)" if g.key == comparison.baseline else ""
-        print(f"{(g.label + base)[:36]:<36} {g.n:>3} {rate:>26} {ratio:>18} {memory:>13}", file=sys.stderr)
+        print(f"{terminal_text(g.label + base)[:36]:<36} {g.n:>3} {rate:>26} {ratio:>18} {memory:>13}",
+              file=sys.stderr)
         if est.mean is None:
-            print(f"    throughput: {est.reason}", file=sys.stderr)
+            print(f"    throughput: {terminal_text(est.reason)}", file=sys.stderr)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from remote_runner.config import env_problem
 
+from .cli_output import terminal_text
 from .core import secrets
 from .core.host_keys import HostKeyInfo
 from .core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore
@@ -184,7 +185,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             auth = p.auth + (f" ({p.key_file})" if p.key_file else "")
         python = p.python or sys.executable
         price = f"  {p.price_per_hour:g}/h" if p.price_per_hour is not None else ""
-        print(f"{p.name:<16} {where:<40} {auth:<28} {python}{price}")
+        print(f"{p.name:<16} {terminal_text(where):<40} {terminal_text(auth):<28} {terminal_text(python)}{price}")
     return 0
 
 
@@ -281,10 +282,10 @@ def cmd_test(args: argparse.Namespace) -> int:
             print(f"connected: {route} (login: {target.connection.auth_used})")
             print(f"file transfers: {'SFTP' if target.connection.check_sftp() else NO_SFTP_NOTE}")
         check = check_python(target)
-    print(f"python: {check.executable} ({check.python})")
-    print(f"torch: {check.torch or 'not installed'}")
+    print(terminal_text(f"python: {check.executable} ({check.python})"))
+    print(terminal_text(f"torch: {check.torch or 'not installed'}"))
     for message, hint in check.problems:
-        print(f"problem: {message}\n  hint: {hint}")
+        print(f"problem: {terminal_text(message, True)}\n  hint: {terminal_text(hint, True)}")
     return 1 if check.problems else 0
 
 
@@ -299,7 +300,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        print(format_probe(report, args.name))
+        print(terminal_text(format_probe(report, args.name), multiline=True))  # the host's words, escaped
     return 1 if any(p.get("severity") == "error" for p in report.get("problems", [])) else 0
 
 

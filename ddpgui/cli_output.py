@@ -105,7 +105,10 @@ def run_command(func: Callable[[], int]) -> int:
     honour_ctrl_c()
     configure_logging()
     try:
-        code = func()
+        try:
+            code = func()
+        except SystemExit as exc:  # argparse after --help or a usage error: its output is flushed here too
+            code = exc.code
         sys.stdout.flush()
         return code
     except KeyboardInterrupt:

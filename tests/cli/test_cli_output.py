@@ -75,10 +75,10 @@ def test_runs_and_show_print_hostile_names_escaped(env):
 def test_output_into_a_closed_pipe_ends_quietly(env, args):
     with _store(env) as store:
         # Far more than a pipe holds: ddpgui is still writing when head has gone.
-        for i in range(2500):
+        for i in range(1200):
             store.create_run(f"20261201-000000-{i:06d}", name=f"run {i} " + "x" * 60, hosts=["local"],
                              config={"workload": "mlp", "notes": "y" * (300_000 if i == 0 else 0)}, state="finished")
-        for i in range(1500 if args[0] == "sweeps" else 0):
+        for i in range(1200 if args[0] == "sweeps" else 0):
             store.create_sweep(SweepRecord(id=f"20261201-000000-s{i:05d}", name=f"sweep {i} " + "z" * 60,
                                            hosts=["local"], base={}, matrix={"precision": ["fp32", "bf16"]}), [])
     code, err, head = _piped_to_head(args, env)
