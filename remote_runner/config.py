@@ -39,8 +39,8 @@ class ConfigError(ValueError):
 def env_problem(name: object, value: object = "") -> Optional[str]:
     """Why ``name=value`` cannot be an environment variable (None when it can)."""
     if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-        return ("%r is not an environment variable name: use letters, digits and '_', not starting with a digit "
-                "(e.g. NCCL_DEBUG)" % (name,))
+        return ("%r is not an environment variable name (environment variable names are letters, digits and '_', "
+                "not starting with a digit, e.g. NCCL_DEBUG)" % (name,))
     if not isinstance(value, str):
         return "the value of %s must be text, got %r" % (name, value)
     if "\0" in value:
