@@ -183,6 +183,9 @@ _PATTERNS = (
                                  r"No module named '?torch\.distributed\.run'?"),
      "upgrade PyTorch on the host to %d.%d or newer: pip install -U torch" % MIN_TORCH),
     ("needs_gpu", _NEEDS_GPU, _NEEDS_GPU_HINT),
+    ("gpu_ordinal", re.compile(r"(?<![\"'])(?:CUDA error: )?invalid device ordinal"),
+     "start at most one process per GPU (processes per node no more than the GPUs the host's probe shows, or "
+     "than CUDA_VISIBLE_DEVICES lists), and index GPUs by LOCAL_RANK, not RANK, on multi-node runs"),
     ("nccl_unavailable", re.compile(_any_of([m for m, _ in _BACKEND_ERRORS if m.startswith("nccl")])),
      "choose backend gloo (or auto) to run without NCCL, or use a host with NVIDIA GPUs and a CUDA build of PyTorch"),
     ("backend_unavailable", re.compile(_any_of([m for m, _ in _BACKEND_ERRORS if not m.startswith("nccl")])),
@@ -353,6 +356,8 @@ def _matched(kind: str, line: str, hint: str, rank: Optional[int]) -> Diagnosis:
     elif kind in ("nccl_unavailable", "backend_unavailable"):
         message = "The process-group backend cannot run here (%s)." % found
         hint = next((h for m, h in _BACKEND_ERRORS if m in found), hint)
+    elif kind == "gpu_ordinal":
+        message = "%s asked for a GPU that the host does not have (%s)." % (where[0].upper() + where[1:], found)
     elif kind == "needs_gpu":
         message = "%s needs an NVIDIA GPU with CUDA, which it did not find (%s)." % (where[0].upper() + where[1:], found)
     elif kind == "cuda_driver_too_old":

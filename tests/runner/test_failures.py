@@ -234,6 +234,18 @@ def test_cuda_build_without_a_driver():
     assert found.kind == "needs_gpu" and "Found no NVIDIA driver on your system" in found.message
 
 
+def test_more_processes_than_gpus():
+    # torch.distributed.launch --nproc_per_node=2 on a host with one GPU; cfzd/Ultra-Fast-Lane-Detection issue #193.
+    text = ('Traceback (most recent call last):\n  File "train.py", line 107, in <module>\n'
+            "    torch.cuda.set_device(args.local_rank)\n"
+            '  File "/home/firdanis/anaconda3/envs/lane-det/lib/python3.7/site-packages/torch/cuda/__init__.py", '
+            "line 261, in set_device\n    torch._C._cuda_setDevice(device)\n"
+            "RuntimeError: CUDA error: invalid device ordinal\n")
+    found = classify(1, text, [])
+    assert found.kind == "gpu_ordinal" and "RuntimeError: CUDA error: invalid device ordinal" in found.message
+    assert "one process per GPU" in found.hint and "LOCAL_RANK" in found.hint
+
+
 def test_cuda_driver_older_than_the_torch_build():
     # torch 2.11 (cu130) on a CUDA 12.8 driver; awslabs keys_values README.
     text = ("RuntimeError: The NVIDIA driver on your system is too old (found version 12080). Please update your GPU "
