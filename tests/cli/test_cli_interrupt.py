@@ -56,6 +56,10 @@ def _ignore_sigint():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _default_sigint():  # whatever pytest itself inherited
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("inherited", ["sigint-ignored", "sigint-default"])
 def test_ctrl_c_during_a_launch_detaches_and_the_launch_completes(held_launch, tmp_path, inherited):
@@ -66,7 +70,7 @@ def test_ctrl_c_during_a_launch_detaches_and_the_launch_completes(held_launch, t
     SIGINT also reached the runner's ``launch`` child, which died half-way and failed the cell."""
     env, marker, go = held_launch
     proc = _cli(["sweep", "local", *TINY, "--nproc", "1,2", "--name", "to interrupt"], env, start_new_session=True,
-                preexec_fn=_ignore_sigint if inherited == "sigint-ignored" else None)
+                preexec_fn=_ignore_sigint if inherited == "sigint-ignored" else _default_sigint)
     assert wait_for(marker.exists, timeout=120), proc.communicate(timeout=60)
     os.killpg(proc.pid, signal.SIGINT)
     # The CLI says it is finishing the launch: only then let the launch go on (it is then the CLI's to finish).
