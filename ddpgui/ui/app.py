@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None,
     app = create_app(argv)
     try:
         store, hosts = open_stores()
-    except (StoreError, HostError) as exc:
+    except (StoreError, HostError, OSError) as exc:  # OSError: a config or data folder that cannot be made
         message, hint = describe(exc)
         print(f"ddpgui: {message}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
         show_error(startup_error_box(exc))

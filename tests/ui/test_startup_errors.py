@@ -91,3 +91,12 @@ def test_cli_says_one_message_and_hint_without_traceback(dirs, case):
     assert done.stderr.startswith("ddpgui: ") and str(path) in done.stderr.splitlines()[0]
     assert len(done.stderr.splitlines()) <= 2
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def test_a_data_folder_that_cannot_be_made_is_a_dialog_not_a_traceback(dirs, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    monkeypatch.setenv("DDPGUI_DATA_DIR", str(blocker / "data"))
+    shown = []
+    assert app.main([], show_error=lambda box: shown.append(box.text())) == 1
+    assert len(shown) == 1 and str(blocker / "data") in shown[0]
