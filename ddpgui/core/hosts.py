@@ -98,7 +98,7 @@ class HostProfile:
         return None if self.is_local else SECRET_KIND.get(self.auth)
 
     def validate(self) -> None:
-        _check(isinstance(self.name, str) and bool(_NAME.match(self.name)), "name",
+        _check(isinstance(self.name, str) and bool(_NAME.fullmatch(self.name)), "name",
                f"must be 1-64 letters, digits, '.', '_' or '-' and start with a letter or digit, got {self.name!r}")
         _check(isinstance(self.notes, str), "notes", "must be text")
         _check(self.price_per_hour is None or (isinstance(self.price_per_hour, (int, float))
@@ -129,7 +129,7 @@ class HostProfile:
                "proxy_jump", "must be a list of jump hosts")
         for hop in self.proxy_jump:
             _check(hop != self.name, "proxy_jump", f"{self.name!r} cannot be its own jump host")
-            _check(bool(_NAME.match(hop)) or bool(_HOP.match(hop)), "proxy_jump",
+            _check(bool(_NAME.fullmatch(hop)) or bool(_HOP.fullmatch(hop)), "proxy_jump",
                    f"{hop!r} is neither a profile name nor user@host:port")
         _check(bool(self.python.strip()), "python", "must name the remote Python interpreter, e.g. python3")
         _check(self.run_root == "~" or self.run_root.startswith(("/", "~/")), "run_root",

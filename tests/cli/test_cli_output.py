@@ -159,3 +159,10 @@ def test_the_app_keeps_paramiko_off_stderr_too(env, silent_port):
     assert "refused:" in result.stdout and "sent no SSH banner" in result.stdout, result.stdout
     assert "paramiko" not in result.stderr and "Traceback" not in result.stderr and "Exception" not in result.stderr, \
         result.stderr
+
+
+def test_a_profile_name_with_a_trailing_newline_is_refused(env):
+    """``$`` in a regex also matches before a final newline: names are matched whole."""
+    result = _ddpgui(["hosts", "add", "gpu1\n", "--host", "gpu1.example"], env)
+    assert result.returncode == 2 and "name" in result.stderr, result.stderr
+    assert "gpu1" not in _ddpgui(["hosts", "list"], env).stdout
