@@ -131,11 +131,13 @@ def cmd_follow(args: argparse.Namespace) -> int:
         if record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
             print(f"run {record.id} is being launched by {launches.being_launched(record)}; waiting for it to start",
                   file=sys.stderr)
-        while record.state == "launching" and not record.run_dirs:  # until its launcher started it, or is gone
-            record = launches.settle(manager.store, record)
-            if record.state == "launching":
-                time.sleep(0.5)
-                record = manager.store.get_run(record.id)
+        while record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
+            time.sleep(0.5)  # until its launcher started it, or is gone
+            record = manager.store.get_run(record.id)
+        record = launches.settle(manager.store, record)
+        if record.active and not record.run_dirs:  # no launcher is recorded (a row of an older version)
+            raise CLIError(f"run {record.id} has no run directory on a host: its launch has not finished",
+                           f"if the app that launched it is gone, stop it (ddpgui stop {record.id}) or delete it")
         if record.active:
             manager.follow(record.id)
         return follow_live(manager, record.id)

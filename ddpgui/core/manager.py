@@ -211,6 +211,10 @@ class RunManager:
             if record.run_dirs:
                 self.follow(record.id)
                 ids.append(record.id)
+            elif not launches.launcher_of(record) and record.state == "launching":  # a row of an older version
+                self.store.update_run(record.id, state="failed", failure="launch_incomplete", ended_at=time.time(),
+                                      message="the launch did not finish (the app was closed while launching it)",
+                                      hint=f"rerun it (ddpgui rerun {record.id}) or delete it")
             else:
                 launches.settle(self.store, record)
         return ids

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from remote_runner.config import RunConfig
 from remote_runner.status import FINAL_STATES
 
+from . import launches
 from .errors import describe
 from .hosts import HostProfile, parse_hop
 from .runs import make_config
@@ -206,7 +207,9 @@ def launch_nodes(manager: RunManager, hosts: list[str], settings: dict | RunConf
         checked = preflight(manager, hosts, cfg)
     configs = node_configs(cfg, [manager.hosts.get(h) for h in hosts], checked.endpoint)
     fingerprints = [manager.environment(h) for h in hosts]
-    environment = dict(fingerprints[0], nodes=fingerprints, warnings=checked.warnings)
+    # launcher: who launches it, so a launch whose app was closed mid-way is known abandoned (core/launches.py)
+    environment = dict(fingerprints[0], nodes=fingerprints, warnings=checked.warnings,
+                       **launches.launcher("uploading to and starting the nodes"))
     # The run's settings: node 0's config without any profile's environment (a rerun adds each node's again).
     settings_of_run = dataclasses.replace(configs[0], env=dict(cfg.env))
     manager.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=settings_of_run.to_dict(),
