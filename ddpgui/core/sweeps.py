@@ -660,7 +660,12 @@ class SweepRunner:
         self._unsubscribe()
         for job in jobs:
             if job.thread is not None:
-                job.thread.join(60)
+                try:
+                    job.thread.join(60)
+                except RuntimeError:
+                    # Ctrl-C came while Thread.start() in resume() waited for the thread: it never ran, or it
+                    # runs now and its workers see the halt at their first look (the sweep stays resumable).
+                    pass
 
     def __enter__(self) -> SweepRunner:
         return self
