@@ -197,8 +197,7 @@ class Supervisor:
                                          stdout=subprocess.PIPE if script_mode else out, stderr=err)
         except OSError as exc:
             err.write(("could not start torchrun: %s\n" % exc).encode())
-            out.close()
-            err.close()
+            _close_quietly(out, err)
             return 127
         write_status(self.run_dir, state="running", torchrun_pid=self.proc.pid, rdzv_port=port)
         if self.stopping.is_set():  # SIGTERM arrived while torchrun was being started
@@ -210,8 +209,7 @@ class Supervisor:
         rc = self._wait_with_watchdog()
         if reader is not None:
             reader.join(timeout=5.0)
-        out.close()
-        err.close()
+        _close_quietly(out, err)  # on a full disk their last bytes cannot be flushed: the outcome still can
         return rc
 
     def _wait_with_watchdog(self) -> int:
@@ -238,9 +236,12 @@ class Supervisor:
                                 world_size=self.config.world_size)
         try:
             for line in iter(pipe.readline, b""):
-                log.write(line)
-                log.flush()
-                metrics.feed(line.decode("utf-8", "replace"))
+                try:
+                    log.write(line)
+                    log.flush()
+                    metrics.feed(line.decode("utf-8", "replace"))
+                except OSError:  # a full disk: keep reading, or the script would block on a full pipe
+                    continue
         finally:
             metrics.close()
 
@@ -264,6 +265,15 @@ class Supervisor:
             diagnosis = diagnose(self.run_dir, rc)
             record_end(self.run_dir, "failed", exit_code=rc, failure=diagnosis.kind, message=diagnosis.message,
                        hint=diagnosis.hint, failed_rank=diagnosis.rank)
+
+
+def _close_quietly(*files) -> None:
+    """Close files whose last buffered bytes may not fit on a full disk (that must not end the supervisor)."""
+    for fh in files:
+        try:
+            fh.close()
+        except OSError:
+            pass
 
 
 def record_end(run_dir: str, state: str, **fields: object) -> dict:

@@ -19,6 +19,7 @@ from ddpgui.core.targets.local import LocalTarget
 from remote_runner.metrics import EVENTS
 from remote_runner.status import RESERVE, read_status, write_status
 from small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
+from spools import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +117,46 @@ def test_a_runner_traceback_is_shown_as_the_runners_error_not_the_interpreters(d
     other = Target.python_error(target, CommandResult(1, b"", b"Traceback (most recent call last):\n  File x\n"
                                                                 b"KeyError: 'pid'\n"))
     assert "the runner failed on local: KeyError: 'pid'" in str(other) and "interpreter" not in str(other)
+
+
+CHATTY_SCRIPT = """\
+import os, sys, time
+print("step 1 loss 1.0", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+for i in range(20000):
+    print("x" * 100, flush=True)
+"""
+
+
+def test_a_script_that_prints_on_a_full_disk_is_not_blocked(tmp_path, disk, cli_env):
+    """The disk fills up (dd from the test) while a script prints 2 MB: its output cannot be stored, but the
+    script must not block on a full pipe (the supervisor used to stop reading it): the run ends."""
+    script = tmp_path / "chatty"
+    script.mkdir()
+    (script / "train.py").write_text(CHATTY_SCRIPT)
+    go = tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, "-m", "ddpgui", "launch", "local", "--script", str(script), "--nproc",
+                             "1", "--follow", "--", str(go)], cwd=REPO, env=cli_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    store_path = tmp_path / "data" / "runs.sqlite3"
+
+    def printed_first_step():
+        if not store_path.exists():
+            return False
+        with RunStore(store_path) as store:
+            runs = store.list_runs()
+            return bool(runs and runs[0].last_step)
+
+    try:
+        assert wait_for(printed_first_step, timeout=180)
+        fill(disk)
+        go.touch()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with RunStore(store_path) as store:
+        (record,) = store.list_runs()
+    assert record.state == "finished", (record.exit_code, record.message, out, err)
+    assert proc.returncode == 0, out + err
