@@ -1,20 +1,13 @@
 """``ddpgui follow``'s closing summary comes from the store: real CLI processes following one real torchrun run."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from ddpgui.core.live import format_duration
 from ddpgui.core.store import RunStore
+from cli_process import start_cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _cli(args, env):
-    return subprocess.Popen([sys.executable, "-m", "ddpgui", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 def _summary(out: str) -> list[str]:
@@ -27,19 +20,19 @@ def _summary(out: str) -> list[str]:
 @pytest.mark.slow
 def test_concurrent_and_late_followers_print_the_same_summary_as_the_store(tmp_path):
     env = dict(os.environ, DDPGUI_DATA_DIR=str(tmp_path / "data"), DDPGUI_CONFIG_DIR=str(tmp_path / "config"))
-    launch = _cli(["launch", "local", "--workload", "linear", "--steps", "3000", "--log-every", "1",
+    launch = start_cli(["launch", "local", "--workload", "linear", "--steps", "3000", "--log-every", "1",
                    "--warmup-steps", "5", "--batch-size", "8", "--nproc", "2", "--name", "followed"], env)
     out, err = launch.communicate(timeout=120)
     assert launch.returncode == 0, out + err
     run_id = json.loads(out)["run_id"]
 
-    followers = [_cli(["follow", run_id], env) for _ in range(2)]
+    followers = [start_cli(["follow", run_id], env) for _ in range(2)]
     outputs = []
     for follower in followers:
         out, err = follower.communicate(timeout=600)
         assert follower.returncode == 0, out + err
         outputs.append(out)
-    late = _cli(["follow", run_id], env)
+    late = start_cli(["follow", run_id], env)
     out, err = late.communicate(timeout=120)
     assert late.returncode == 0, out + err
     outputs.append(out)

@@ -4,10 +4,8 @@ The launch in progress is held at a known point by the local profile's Python: a
 runner's ``launch``, says so in a file and waits for a go file before it runs the real interpreter.  So the
 SIGINT comes deterministically while a cell is being launched.
 """
-import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 
@@ -15,20 +13,9 @@ import pytest
 
 from ddpgui.core.store import RunStore
 from spools import wait_for
+from cli_process import run_cli, start_cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--workload", "linear", "--steps", "3", "--warmup-steps", "1", "--batch-size", "8"]
-
-
-def _cli(args, env, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "ddpgui", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
-
-
-def _run_cli(args, env, timeout=300):
-    proc = _cli(args, env)
-    out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out, err
 
 
 @pytest.fixture
@@ -47,7 +34,7 @@ def held_launch(tmp_path):
         os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
         """))
     wrapper.chmod(0o755)
-    rc, out, err = _run_cli(["hosts", "edit", "local", "--python", str(wrapper)], env, timeout=60)
+    rc, out, err = run_cli(["hosts", "edit", "local", "--python", str(wrapper)], env, timeout=60)
     assert rc == 0, out + err
     return env, marker, go
 
@@ -69,7 +56,7 @@ def test_ctrl_c_during_a_launch_detaches_and_the_launch_completes(held_launch, t
     it used to never see the signal and run the sweep to its end with exit 0.  sigint-default: the terminal's
     SIGINT also reached the runner's ``launch`` child, which died half-way and failed the cell."""
     env, marker, go = held_launch
-    proc = _cli(["sweep", "local", *TINY, "--nproc", "1,2", "--name", "to interrupt"], env, start_new_session=True,
+    proc = start_cli(["sweep", "local", *TINY, "--nproc", "1,2", "--name", "to interrupt"], env, start_new_session=True,
                 preexec_fn=_ignore_sigint if inherited == "sigint-ignored" else _default_sigint)
     assert wait_for(marker.exists, timeout=120), proc.communicate(timeout=60)
     os.killpg(proc.pid, signal.SIGINT)
@@ -90,7 +77,7 @@ def test_ctrl_c_during_a_launch_detaches_and_the_launch_completes(held_launch, t
         first_run = store.get_run(cells[0].run_id)
         assert first_run.run_dirs and first_run.state != "failed", (first_run.state, first_run.message)
 
-        rc, out, err = _run_cli(["sweep-resume", sweep.id], env)
+        rc, out, err = run_cli(["sweep-resume", sweep.id], env)
         assert rc == 0, out + err
         cells = store.sweep_cells(sweep.id)
         assert [c.state for c in cells] == ["done", "done"] and cells[0].run_id == first_run.id
@@ -100,7 +87,7 @@ def test_ctrl_c_before_the_first_launch_and_again_during_it(held_launch, tmp_pat
     """SIGINT (inherited as ignored) as soon as the sweep is stored, before or while its first cell launches:
     exit 130 with the resume command and no traceback; a second Ctrl-C leaves without waiting for the launch."""
     env, marker, go = held_launch
-    proc = _cli(["sweep", "local", *TINY, "--precision", "fp32,bf16"], env, start_new_session=True,
+    proc = start_cli(["sweep", "local", *TINY, "--precision", "fp32,bf16"], env, start_new_session=True,
                 preexec_fn=_ignore_sigint)
     line = proc.stderr.readline()  # the sweep's first line: it is stored
     assert line.startswith("sweep "), line + proc.communicate(timeout=60)[1]

@@ -20,17 +20,11 @@ from remote_runner.metrics import EVENTS
 from remote_runner.status import RESERVE, read_status, write_status
 from small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
 from spools import wait_for
+from cli_process import REPO, run_cli
 
 pytestmark = pytest.mark.slow
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DISK_FULL = re.compile(r"disk is full \((/[^,]+), (\d+) bytes free\)")
-
-
-def _cli(args, env, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "ddpgui", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.fixture
@@ -42,7 +36,7 @@ def disk(tmp_path):
 @pytest.fixture
 def cli_env(tmp_path, disk):
     env = dict(os.environ, DDPGUI_DATA_DIR=str(tmp_path / "data"), DDPGUI_CONFIG_DIR=str(tmp_path / "config"))
-    rc, out, err = _cli(["hosts", "edit", "local", "--run-root", str(disk / "root")], env, timeout=60)
+    rc, out, err = run_cli(["hosts", "edit", "local", "--run-root", str(disk / "root")], env, timeout=60)
     assert rc == 0, out + err
     return env
 
@@ -51,7 +45,7 @@ def test_a_run_that_fills_the_disk_ends_failed_with_the_reason_once(tmp_path, di
     script = tmp_path / "fill"
     script.mkdir()
     (script / "train.py").write_text(FILL_SCRIPT)
-    rc, out, err = _cli(["launch", "local", "--script", str(script), "--nproc", "1", "--follow"], cli_env)
+    rc, out, err = run_cli(["launch", "local", "--script", str(script), "--nproc", "1", "--follow"], cli_env)
     assert rc == 1, out + err  # failed, and the CLI came back
     assert DISK_FULL.search(out + err), out + err
     with RunStore(tmp_path / "data" / "runs.sqlite3") as store:
@@ -67,9 +61,9 @@ def test_a_run_that_fills_the_disk_ends_failed_with_the_reason_once(tmp_path, di
     assert read_status(run_dir)["state"] == "failed"
 
     # The disk is still full: follow, show and stop answer at once with the run's end.
-    rc, out, err = _cli(["follow", record.id], cli_env, timeout=120)
+    rc, out, err = run_cli(["follow", record.id], cli_env, timeout=120)
     assert rc == 1 and DISK_FULL.search(out + err) and "Traceback" not in err, out + err
-    rc, out, err = _cli(["stop", record.id], cli_env, timeout=120)
+    rc, out, err = run_cli(["stop", record.id], cli_env, timeout=120)
     assert rc == 0 and "already failed" in out and "Traceback" not in err, out + err
 
 

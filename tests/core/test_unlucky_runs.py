@@ -19,22 +19,16 @@ import pytest
 from ddpgui.core.store import RunStore
 from remote_runner.status import read_status
 from spools import wait_for
+from cli_process import REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = 'import time\nfor i in range(1, 4):\n    print(f"step {i} loss {1.0 / i}", flush=True)\n'
-
-
-def _cli(args, env, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "ddpgui", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.fixture
 def env(tmp_path):
-    return dict(os.environ, DDPGUI_DATA_DIR=str(tmp_path / "data"), DDPGUI_CONFIG_DIR=str(tmp_path / "config"))
+    return cli_env(tmp_path)
 
 
 def _store(tmp_path):
@@ -78,29 +72,29 @@ def test_launch_killed_during_upload_is_shown_followed_deleted_and_rerun(tmp_pat
     assert record.state == "launching" and not record.run_dirs
 
     # While its launcher lives, another process leaves the launch alone.
-    rc, out, err = _cli(["runs"], env, timeout=60)
+    rc, out, err = run_cli(["runs"], env, timeout=60)
     assert rc == 0 and "launching" in out, out + err
-    rc, out, err = _cli(["stop", record.id], env, timeout=60)
+    rc, out, err = run_cli(["stop", record.id], env, timeout=60)
     assert rc == 1 and "being launched right now by pid" in err, out + err
 
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
 
-    rc, out, err = _cli(["runs"], env, timeout=60)
+    rc, out, err = run_cli(["runs"], env, timeout=60)
     assert rc == 0 and "launching" not in out and "failed" in out, out + err
     with _store(tmp_path) as store:
         settled = store.get_run(record.id)
     assert (settled.state, settled.failure) == ("failed", "launch_incomplete")
     assert settled.message == "the launch did not finish (the app was closed while uploading the script)"
 
-    rc, out, err = _cli(["follow", record.id], env, timeout=60)
+    rc, out, err = run_cli(["follow", record.id], env, timeout=60)
     assert rc == 1 and "the launch did not finish" in out + err and "Traceback" not in err, out + err
-    rc, out, err = _cli(["stop", record.id], env, timeout=60)
+    rc, out, err = run_cli(["stop", record.id], env, timeout=60)
     assert rc == 0 and "already failed" in out, out + err
 
-    rc, out, err = _cli(["rerun", record.id, "--follow"], env, timeout=300)
+    rc, out, err = run_cli(["rerun", record.id, "--follow"], env, timeout=300)
     assert rc == 0, out + err
-    rc, out, err = _cli(["delete", record.id, "--yes"], env, timeout=60)
+    rc, out, err = run_cli(["delete", record.id, "--yes"], env, timeout=60)
     assert rc == 0 and "no run directory" in out and "directory  on" not in out, out + err
     with _store(tmp_path) as store:
         (rerun,) = store.list_runs()
@@ -114,9 +108,9 @@ def test_stop_and_delete_of_a_launch_killed_during_upload(tmp_path, env):
     with _store(tmp_path) as store:
         (record,) = store.list_runs()
     assert record.state == "launching"  # nothing looked at it yet
-    rc, out, err = _cli(["stop", record.id], env, timeout=60)
+    rc, out, err = run_cli(["stop", record.id], env, timeout=60)
     assert rc == 0 and f"run {record.id} stopped: stopped before its launch had finished" in out, out + err
-    rc, out, err = _cli(["delete", record.id, "--yes"], env, timeout=60)
+    rc, out, err = run_cli(["delete", record.id, "--yes"], env, timeout=60)
     assert rc == 0 and "no run directory" in out, out + err
     with _store(tmp_path) as store:
         assert store.list_runs() == []
