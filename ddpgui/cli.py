@@ -441,6 +441,10 @@ def _run(args: argparse.Namespace) -> int:
         return _report(exc, EXIT_REFUSED)
     except (TargetError, StoreError, SecretsUnavailable) as exc:
         return _report(exc, EXIT_FAILED)
+    except BrokenPipeError:
+        raise  # a closed stdout: run_command leaves quietly
+    except OSError as exc:  # a data or config folder that cannot be made, a file that cannot be read or written
+        return _report(exc, EXIT_FAILED)
 
 
 def _report(exc: Exception, code: int) -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from ddpgui.cli_output import terminal_text
 from ddpgui.core.store import RunStore, SweepRecord
+from cli_process import cli_env, run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOSTILE = "evil\x1b[31mRED\x1b[0m\rover\nline\tTAB\u202eGNP.exe\u2066x\u2069\x07\x9b"
@@ -166,3 +167,15 @@ def test_a_profile_name_with_a_trailing_newline_is_refused(env):
     result = _ddpgui(["hosts", "add", "gpu1\n", "--host", "gpu1.example"], env)
     assert result.returncode == 2 and "name" in result.stderr, result.stderr
     assert "gpu1" not in _ddpgui(["hosts", "list"], env).stdout
+
+
+def test_a_data_folder_that_cannot_be_made_is_one_message_not_a_traceback(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    env = cli_env(tmp_path, DDPGUI_DATA_DIR=str(blocker / "data"))
+    rc, out, err = run_cli(["runs"], env, timeout=60)
+    assert rc == 1 and "Traceback" not in err, err
+    lines = err.splitlines()
+    assert lines[0] == f"ddpgui: cannot use {blocker / 'data'}: not a directory", err
+    assert lines[1].startswith("hint: check that the path exists") and "DDPGUI_DATA_DIR" in lines[1]
+    assert blocker.read_text() == "not a folder\n"
