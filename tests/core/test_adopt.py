@@ -2,6 +2,7 @@
 
 Real supervisor and torchrun (gloo, CPU) on this computer, a real SQLite store deleted and made again.
 """
+import dataclasses
 import json
 import os
 import subprocess
@@ -30,6 +31,8 @@ def _delete_store(path):
 
 def test_adopt_takes_back_ended_and_live_runs_after_the_store_is_gone(tmp_path):
     hosts = HostStore(tmp_path / "hosts.json")
+    # A run root of its own: the session's default one holds other tests' runs, which adopt would take too.
+    hosts.update(dataclasses.replace(hosts.get("local"), run_root=str(tmp_path / "root")))
     path = tmp_path / "runs.sqlite3"
     with RunStore(path) as store:
         first = RunManager(store, hosts, lambda name: open_target(name, hosts))

@@ -258,7 +258,7 @@ def test_a_port_that_does_not_speak_ssh_times_out(ssh_env, tmp_path):
     listener = socket.create_server(("127.0.0.1", 0))  # accepts, never says a word
     port = listener.getsockname()[1]
     try:
-        with pytest.raises(HostUnreachable, match=f"SSH handshake with 127.0.0.1:{port} failed"):
+        with pytest.raises(HostUnreachable, match=f"127.0.0.1:{port} accepted the connection but sent no SSH banner"):
             ssh_env.target(tmp_path, ssh_env.profile(port=port), connect_timeout=1).exec(["true"])
     finally:
         listener.close()
