@@ -128,10 +128,10 @@ def _launch_nodes(manager: RunManager, args: argparse.Namespace, cfg) -> RunReco
 def cmd_follow(args: argparse.Namespace) -> int:
     with _manager(args) as manager:
         record = _find_run(manager.store, args.run)
-        if record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
+        if launches.in_progress(record):
             print(f"run {record.id} is being launched by {launches.being_launched(record)}; waiting for it to start",
                   file=sys.stderr)
-        while record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
+        while launches.in_progress(record):
             time.sleep(0.5)  # until its launcher started it, or is gone
             record = manager.store.get_run(record.id)
         record = launches.settle(manager.store, record)
@@ -181,7 +181,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                       (f" — {text(node.message, True)}" if node.message else "") + f"   dir {text(node.run_dir)}")
         if record.hint:
             print(f"  hint        {text(record.hint, True)}")
-        print(f"  settings    {terminal_text(settings_text(cfg))}")
+        print(f"  settings    {text(settings_text(cfg))}")
         print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
         for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
             if record.summary.get(key) is not None:

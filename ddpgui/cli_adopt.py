@@ -29,7 +29,7 @@ def cmd_adopt(args: argparse.Namespace) -> int:
                           "skipped": [{"where": w, "why": why} for w, why in result.skipped]}, indent=1))
         return EXIT_OK
     for record in adopted:
-        live = "" if record.state in ("finished", "failed", "stopped") else \
+        live = "" if not record.active else \
             f"; still {record.state}: watch it with ddpgui follow {record.id}"
         print(f"adopted {record.id} {terminal_text(record.name)!r} from {', '.join(record.hosts)}: {record.state}, "
               f"{record.last_step or 0} steps{live}")

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import time
 from typing import List, Optional
 
 from .capabilities import MIN_TORCH
@@ -132,6 +131,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = []
     for name in names:
         run_dir = os.path.join(runs_dir, name)
+        if not os.path.isdir(run_dir):
+            continue
         entry = {"run_dir": run_dir}  # type: dict
         try:
             with open(os.path.join(run_dir, CONFIG), encoding="utf-8") as fh:
@@ -142,8 +143,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             entry["status"] = reconcile(run_dir)
             entry["sizes"] = {spool: os.path.getsize(os.path.join(run_dir, spool)) for spool in SPOOLS
                               if os.path.isfile(os.path.join(run_dir, spool))}
-        if os.path.isdir(run_dir):
-            runs.append(entry)
+        runs.append(entry)
     _print({"ok": True, "host": this_host(), "runs_dir": runs_dir, "runs": runs})
     return 0
 
@@ -247,13 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, text in (("launch", cmd_launch, "start the run described by RUN_DIR/config.json, detached"),
                              ("status", cmd_status, "print the run's status.json"),
                              ("stop", cmd_stop, "end every process of the run (SIGTERM, then SIGKILL)")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("run_dir")
-        p.set_defaults(func=func)
-        if name == "launch":
-            p.add_argument("--new", action="store_true",
-                           help="create RUN_DIR (refused when it exists) with the config.json read from stdin")
-            p.add_argument("--profile", default=None, help="the client's name for this host (kept in status.json)")
+        commands = sub.add_parser(name, help=text)
+        commands.add_argument("run_dir")
+        commands.set_defaults(func=func)
+    launch = sub.choices["launch"]
+    launch.add_argument("--new", action="store_true",
+                        help="create RUN_DIR (refused when it exists) with the config.json read from stdin")
+    launch.add_argument("--profile", default=None, help="the client's name for this host (kept in status.json)")
     p = sub.add_parser("runs", help="list the run directories under RUN_ROOT/runs with config and status")
     p.add_argument("run_root")
     p.set_defaults(func=cmd_runs)
@@ -295,9 +295,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         # The host refused a file operation (a full disk, a directory removed under us): our own message as JSON
         # instead of a traceback the client would have to guess from.
         from .failures import os_error_text
+        from .status import NO_SPACE
 
         error, hint = os_error_text(exc)
-        return _refuse(error, hint, failure="disk_full" if exc.errno in (28, 122) else "os_error")
+        return _refuse(error, hint, failure="disk_full" if exc.errno in NO_SPACE else "os_error")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ status.json) and hands the text to :func:`classify`, a pure function tested on
 captured output.  The first known error pattern wins (in the order of
 ``_PATTERNS``); then a rank that raised or was killed; then the exit code.
 """
-import errno
 import glob
 import json
 import os
@@ -18,7 +17,7 @@ from typing import List, Optional, Tuple
 from . import capabilities
 from .metrics import STDERR, STDOUT
 from .capabilities import MIN_TORCH
-from .status import read_status
+from .status import NO_SPACE, read_status
 
 #: How much of the end of each log is read.
 TAIL_BYTES = 65536
@@ -54,23 +53,25 @@ def diagnose(run_dir: str, exit_code: Optional[int]) -> Diagnosis:
             errors.append(record)
     stop_requested = (read_status(run_dir) or {}).get("state") == "stopped"
     found = classify(exit_code, log_text, errors, stop_requested=stop_requested)
-    if found.kind == "needs_gpu":  # what the host has decides what to do
-        found.hint = needs_gpu_hint(found.message)
     free = free_bytes(run_dir)
     if found.kind not in ("disk_full", "stopped") and free is not None and free < _FULL_BELOW:
         # A run that failed on a full disk often could not even write its traceback to stderr.log.
-        found = Diagnosis("disk_full", "", _DISK_FULL_HINT, found.rank)
+        found = Diagnosis("disk_full", "", DISK_FULL_HINT, found.rank)
     if found.kind == "disk_full":  # the free space is measured now, on the disk that filled up
         found.message = disk_full_text(found.path or run_dir,
                                        "rank %d" % found.rank if found.rank is not None else "the run")
+    if found.kind == "needs_gpu":  # what the host has decides what to do
+        found.hint = needs_gpu_hint(found.message)
     return found
 
 
-_DISK_FULL_HINT = ("free space on the host (df -h shows which disk is full) or put runs on a larger disk; checkpoints, "
+DISK_FULL_HINT = ("free space on the host (df -h shows which disk is full) or put runs on a larger disk; checkpoints, "
                    "~/.cache and /tmp/torchinductor_* can be large")
 #: Free bytes below which a failed run's disk counts as full whatever its logs say.
 _FULL_BELOW = 64 << 10
-_NO_SPACE_PATH = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
+#: A full disk (or quota) in the last line of a runner traceback (the client reads it: targets.base).
+NO_SPACE_TEXT = re.compile(r"No space left on device|\[Errno 28\]|ENOSPC|\[Errno 122\]|Disk quota exceeded")
+NO_SPACE_PATH = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
 
 
 def free_bytes(path: str) -> Optional[int]:
@@ -96,8 +97,8 @@ def disk_full_text(path: str, who: str) -> str:
 
 def os_error_text(exc: OSError) -> Tuple[str, str]:
     """(message, hint) for an OSError the runner itself met (a full disk, a directory removed under it)."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return disk_full_text(exc.filename or os.getcwd(), "the runner"), _DISK_FULL_HINT
+    if exc.errno in NO_SPACE:
+        return disk_full_text(exc.filename or os.getcwd(), "the runner"), DISK_FULL_HINT
     where = " (%s)" % exc.filename if exc.filename else ""
     return ("the runner could not use a file on the host: %s%s" % (exc.strerror or exc, where),
             "check that the run directory exists and is writable by the SSH user")
@@ -204,7 +205,7 @@ _PATTERNS = (
      "fp32 or bf16 on CPUs"),
     ("cuda_oom", re.compile(r"OutOfMemoryError[^\n]*|CUDA out of memory[^\n]*|(?:MPS backend|XPU) out of memory[^\n]*"),
      _OOM_HINT),
-    ("disk_full", re.compile(r"No space left on device|\[Errno 28\]|ENOSPC"), _DISK_FULL_HINT),
+    ("disk_full", re.compile(r"No space left on device|\[Errno 28\]|ENOSPC"), DISK_FULL_HINT),
     ("compile_no_compiler", re.compile(r"InvalidCxxCompiler[^\n]*|Invalid C\+\+ compiler[^\n]*|No working C\+\+ "
                                        r"compiler found[^\n]*|Failed to find C compiler[^\n]*|compiler not found[^\n]*",
                                        re.IGNORECASE), _COMPILER_HINT),
@@ -367,7 +368,7 @@ def _matched(kind: str, line: str, hint: str, rank: Optional[int]) -> Diagnosis:
     elif kind == "cuda_oom":
         message = "%s ran out of GPU memory%s." % (where[0].upper() + where[1:], _oom_details(line))
     elif kind == "disk_full":
-        path = _NO_SPACE_PATH.search(line)
+        path = NO_SPACE_PATH.search(line)
         message = "The host's disk is full%s: %s could not write there (No space left on device)." % (
             " (%s)" % path.group(1) if path else "", where)
         return Diagnosis(kind, message, hint, rank, path.group(1) if path else None)

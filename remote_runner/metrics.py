@@ -10,6 +10,8 @@ import os
 import time
 from typing import Optional
 
+from .status import FINAL_STATES, NO_SPACE, release_reserve
+
 METRICS = "metrics.jsonl"
 TELEMETRY = "telemetry.jsonl"
 EVENTS = "events.jsonl"
@@ -121,7 +123,7 @@ def clean_number(value: Optional[float]) -> Optional[float]:
 
 
 #: Events that end a run: a run's events spool holds at most one, its last.
-FINAL_EVENTS = ("finished", "failed", "stopped")
+FINAL_EVENTS = FINAL_STATES
 
 
 def append_event(run_dir: str, event: str, **fields: object) -> bool:
@@ -151,8 +153,6 @@ def append_event(run_dir: str, event: str, **fields: object) -> bool:
 
 def _write_all(fd: int, data: bytes, run_dir: str) -> None:
     """Write all of ``data``; on a full disk the run's reserve is freed once to make room for it."""
-    from .status import NO_SPACE, release_reserve
-
     view, freed = memoryview(data), False
     while view:
         try:

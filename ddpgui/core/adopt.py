@@ -48,8 +48,9 @@ def adopt_runs(manager: RunManager, hosts: list[str], follow: bool = True) -> Ad
     Adopting again adds nothing: runs already in the store are only counted in ``known``.
     """
     result = AdoptResult()
+    hosts = list(dict.fromkeys(hosts))
     found: dict[str, dict[int, list[_NodeDir]]] = {}
-    for host in dict.fromkeys(hosts):
+    for host in hosts:
         listing = manager.target(host).list_runs()
         for entry in listing.get("runs", []):
             config = entry.get("config")
@@ -66,7 +67,6 @@ def adopt_runs(manager: RunManager, hosts: list[str], follow: bool = True) -> Ad
             node = cfg.node_rank if cfg.nnodes > 1 else 0
             found.setdefault(run_id, {}).setdefault(node, []).append(
                 _NodeDir(host, listing.get("host", ""), entry["run_dir"], config, entry.get("status")))
-    hosts = list(dict.fromkeys(hosts))
     for run_id, nodes in sorted(found.items()):
         try:
             manager.store.get_run(run_id)

@@ -23,6 +23,7 @@ from .store import RunRecord, RunStore
 STAGE_CONNECTING = "connecting to the host and deploying the runner"
 STAGE_UPLOADING = "uploading the script"
 STAGE_STARTING = "starting the run on the host"
+STAGE_NODES = "uploading to and starting the nodes"
 
 
 def _process_start(pid: int) -> int | None:
@@ -55,6 +56,11 @@ def launcher_alive(record: RunRecord) -> bool:
         return False
     start = _process_start(pid)
     return info.get("start") is None or start is None or start == info["start"]
+
+
+def in_progress(record: RunRecord) -> bool:
+    """A run in ``launching`` whose launcher may still be doing it (stop, delete and follow wait or refuse)."""
+    return record.state == "launching" and not record.run_dirs and launcher_alive(record)
 
 
 def abandoned(record: RunRecord) -> bool:

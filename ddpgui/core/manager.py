@@ -257,10 +257,7 @@ class RunManager:
                    "message": status.get("message") or "", "hint": status.get("hint") or "",
                    "exit_code": status.get("exit_code"), "failure": status.get("failure"),
                    "failed_rank": status.get("failed_rank")}
-        record = self.store.update_run(run_id, **changes)
-        self._emit(RunUpdate(run_id, node, run=record))
-        with self._ended:
-            self._ended.notify_all()
+        self._announce_end(run_id, node, self.store.update_run(run_id, **changes))
 
     def _node_ended(self, run_id: str, node: int, status: dict) -> None:
         """A node of a multi-node run ended: a failure stops the other nodes (belt and braces: torchrun ends
@@ -281,6 +278,10 @@ class RunManager:
         final = multinode.outcome(states)
         if final is not None:
             record = self.store.update_run(run_id, **final)
+        self._announce_end(run_id, node, record)
+
+    def _announce_end(self, run_id: str, node: int, record: RunRecord) -> None:
+        """Tell the listeners a run's (or node's) end, and wake every :meth:`wait`."""
         self._emit(RunUpdate(run_id, node, run=record))
         with self._ended:
             self._ended.notify_all()
@@ -310,15 +311,13 @@ class RunManager:
         record = self.store.get_run(run_id)
         status = {}
         if not record.run_dirs:  # its launch never completed: nothing runs on a host, it ends at once
-            if record.active and launches.launcher_alive(record) and record.state == "launching":
+            if launches.in_progress(record):
                 raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
                                   "wait until its launch has finished and stop it then, or end that process")
             if record.active:
                 record = self.store.update_run(run_id, state="stopped", ended_at=time.time(), hint="",
                                                message="stopped before its launch had finished")
-                self._emit(RunUpdate(run_id, run=record))
-                with self._ended:
-                    self._ended.notify_all()
+                self._announce_end(run_id, 0, record)
             return record
         if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
             multinode.stop_nodes(self, record, list(record.run_dirs))
@@ -344,7 +343,7 @@ class RunManager:
         Callers confirm with the user first; a run still active is stopped before.
         """
         record = self.store.get_run(run_id)
-        if record.state == "launching" and not record.run_dirs and launches.launcher_alive(record):
+        if launches.in_progress(record):
             raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
                               "wait until its launch has finished (or end that process), then delete it")
         if record.active and record.run_dirs:

@@ -209,7 +209,7 @@ def launch_nodes(manager: RunManager, hosts: list[str], settings: dict | RunConf
     fingerprints = [manager.environment(h) for h in hosts]
     # launcher: who launches it, so a launch whose app was closed mid-way is known abandoned (core/launches.py)
     environment = dict(fingerprints[0], nodes=fingerprints, warnings=checked.warnings,
-                       **launches.launcher("uploading to and starting the nodes"))
+                       **launches.launcher(launches.STAGE_NODES))
     # The run's settings: node 0's config without any profile's environment (a rerun adds each node's again).
     settings_of_run = dataclasses.replace(configs[0], env=dict(cfg.env))
     manager.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=settings_of_run.to_dict(),

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from remote_runner.config import RunConfig
+from remote_runner.failures import DISK_FULL_HINT, NO_SPACE_PATH, NO_SPACE_TEXT
 
 from ..package import RunnerPackage
 from ..protocol import End, FollowDecoder, Message
@@ -195,11 +195,10 @@ class Target(ABC):
     def _runner_crash(self, err: str) -> TargetError:
         """The runner's own error, from the last line of its traceback (a full disk said as such)."""
         last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "")
-        if "[Errno 28]" in last or "No space left on device" in last or "[Errno 122]" in last:
-            path = re.search(r": '([^']+)'\s*$", last)
+        if NO_SPACE_TEXT.search(last):
+            path = NO_SPACE_PATH.search(last)
             found = TargetError(f"the host's disk is full ({path.group(1) if path else 'the run root'}): the runner "
-                                f"on {self.name} could not write ({last})",
-                                "free space on the host (df -h shows which disk is full) or put runs on a larger disk")
+                                f"on {self.name} could not write ({last})", DISK_FULL_HINT)
             found.failure = "disk_full"
             return found
         return TargetError(f"the runner failed on {self.name}: {last[-500:]}",

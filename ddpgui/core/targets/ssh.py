@@ -335,11 +335,12 @@ class SSHConnection:
             # A refused subsystem closes only its channel ("Channel closed."); a dropped link closes them all.
             if not (transport.is_active() and self.alive()):
                 raise self._lost(f"while opening SFTP ({exc or type(exc).__name__})") from None
-            if self.sftp_offered is not False:
-                log.info("%s offers no SFTP (%s): using exec-channel transfers", self.label, exc or type(exc).__name__)
+            log.info("%s offers no SFTP (%s): using exec-channel transfers", self.label, exc or type(exc).__name__)
             self.sftp_offered = False
-            raise SFTPUnavailable(f"{self.label} offers no SFTP subsystem",
-                                  "file transfers go over exec channels instead") from None
+            raise self._no_sftp() from None
+
+    def _no_sftp(self) -> SFTPUnavailable:
+        return SFTPUnavailable(f"{self.label} offers no SFTP subsystem", "file transfers go over exec channels instead")
 
     def check_sftp(self) -> bool:
         """Whether the host offers SFTP (asked once per connection, by opening the session)."""
@@ -358,8 +359,7 @@ class SSHConnection:
         """
         with self._sftp_lock:
             if self.sftp_offered is False:
-                raise SFTPUnavailable(f"{self.label} offers no SFTP subsystem",
-                                      "file transfers go over exec channels instead")
+                raise self._no_sftp()
             transport = self.transport()
             if self._sftp is None or self._sftp.get_channel().get_transport() is not transport:
                 self._sftp = self._open_sftp(transport)

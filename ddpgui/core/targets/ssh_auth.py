@@ -11,7 +11,8 @@ from paramiko.auth_strategy import AuthSource, InMemoryPrivateKey, Password
 
 from .. import secrets
 from ..host_keys import fingerprint
-from ..hosts import Hop, KeyFileError, KeyNeedsPassphrase, WrongPassphrase, load_private_key
+from ..hosts import Hop
+from ..keyfiles import KeyFileError, KeyNeedsPassphrase, WrongPassphrase, load_private_key
 from .base import TargetError
 
 if TYPE_CHECKING:
