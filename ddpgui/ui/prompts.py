@@ -26,6 +26,8 @@ class _Question:
     payload: object
     answer: object = None
     answered: threading.Event = field(default_factory=threading.Event)
+    keyring_problem: str | None = None  # why the secret cannot be remembered (asked on the worker)
+    remember: bool = False  # the user ticked "Remember": the worker stores it in the keyring
 
 
 class Prompts(QObject):
@@ -33,6 +35,7 @@ class Prompts(QObject):
 
     dialog_opened = Signal(object)  # the dialog, for tests and for raising the window
     _asked = Signal(object)
+    _not_remembered = Signal(object)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -40,6 +43,7 @@ class Prompts(QObject):
         self._closing = threading.Event()
         self.current: QDialog | None = None
         self._asked.connect(self._show, Qt.ConnectionType.QueuedConnection)
+        self._not_remembered.connect(self._say_not_remembered, Qt.ConnectionType.QueuedConnection)
 
     def confirm_host_key(self, info: HostKeyInfo) -> bool:
         return bool(self._ask("host_key", info))
@@ -62,11 +66,20 @@ class Prompts(QObject):
         box.open()
 
     def _ask(self, kind: str, payload: object) -> object:
+        """On the worker: the keyring is asked and written here, never on the GUI thread (D-Bus may hang)."""
         question = _Question(kind, payload)
+        if kind == "secret":
+            problem = secrets.storage_problem()
+            question.keyring_problem = str(problem) if problem else None
         self._asked.emit(question)
         while not question.answered.wait(0.1):
             if self._closing.is_set():
                 return None
+        if question.remember:
+            try:
+                secrets.set_secret(payload.profile, payload.kind, question.answer)
+            except secrets.SecretsUnavailable as exc:  # used for this login, not remembered
+                self._not_remembered.emit(exc)
         return question.answer
 
     @Slot(object)
@@ -75,19 +88,14 @@ class Prompts(QObject):
             dialog = UnknownHostKeyDialog(question.payload, self._window)
         else:
             request: SecretRequest = question.payload
-            problem = secrets.storage_problem()
-            dialog = SecretDialog(request.prompt, self._window, keyring_problem=str(problem) if problem else None)
+            dialog = SecretDialog(request.prompt, self._window, keyring_problem=question.keyring_problem)
 
         def done(result: int) -> None:
             if question.kind == "host_key":
                 question.answer = result == QDialog.DialogCode.Accepted
             elif result == QDialog.DialogCode.Accepted and dialog.secret.text():
                 question.answer = dialog.secret.text()
-                if dialog.remember.isChecked():
-                    try:
-                        secrets.set_secret(question.payload.profile, question.payload.kind, question.answer)
-                    except secrets.SecretsUnavailable as exc:  # used for this login, not remembered
-                        self._say_not_remembered(exc)
+                question.remember = dialog.remember.isChecked()
             question.answered.set()
             self.current = None
             dialog.deleteLater()
