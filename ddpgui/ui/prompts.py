@@ -60,7 +60,7 @@ class Prompts(QObject):
                           "for again next time.",
                           QMessageBox.StandardButton.Ok, self._window)
         box.setObjectName("secret_not_remembered")
-        box.setInformativeText(exc.hint)
+        box.setInformativeText(exc.hint[:1].upper() + exc.hint[1:])
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.dialog_opened.emit(box)
         box.open()
