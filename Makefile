@@ -36,6 +36,7 @@ system-deps:
 	@bash .ci/system-deps
 
 test: system-deps $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
 bench: $(VENV)/.stamp-test

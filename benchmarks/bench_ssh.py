@@ -83,7 +83,7 @@ def launch_overhead(root: Path, manager, repeats: int = 3) -> list[Row]:
     ours, by_hand = [], []
     for _ in range(repeats):
         got = threading.Event()
-        unsubscribe = manager.subscribe(lambda u: got.set() if u.records.get("metrics.jsonl") else None)
+        unsubscribe = manager.subscribe(lambda u, got=got: got.set() if u.records.get("metrics.jsonl") else None)
         started = time.perf_counter()
         record = manager.launch("loop", dict(cfg))
         got.wait(120)
@@ -200,7 +200,7 @@ def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int 
         data = os.urandom(size)
         rates: dict[str, list[float]] = {"sftp": [], "exec": []}
         command_ms: list[float] = []
-        for name, target in targets.items():  # connect, and find out about SFTP, before timing
+        for target in targets.values():  # connect, and find out about SFTP, before timing
             target.makedirs(target.run_root())
             target.write_file(os.path.join(target.run_root(), "warm"), b"x")
         assert targets["exec"].connection.sftp_offered is False and targets["sftp"].connection.sftp_offered

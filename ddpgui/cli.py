@@ -14,8 +14,15 @@ import threading
 import time
 from pathlib import Path
 
-from remote_runner.config import (BACKENDS, COMPILE_MODES, INFERENCE_PRECISIONS, OPTIMIZERS, PRECISIONS, WORKLOADS,
-                                  ConfigError)
+from remote_runner.config import (
+    BACKENDS,
+    COMPILE_MODES,
+    INFERENCE_PRECISIONS,
+    OPTIMIZERS,
+    PRECISIONS,
+    WORKLOADS,
+    ConfigError,
+)
 
 from .cli_compare import add_compare_command
 from .cli_hosts import add_host_commands, env_pair, open_cli_target

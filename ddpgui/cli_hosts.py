@@ -21,7 +21,7 @@ from .core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore
 from .core.package import build_runner
 from .core.targets.base import Target, TargetError
 from .core.targets.factory import check_python, open_target
-from .core.targets.ssh import SSHTarget, SecretRequest
+from .core.targets.ssh import SecretRequest, SSHTarget
 from .core.targets.ssh_files import NO_SFTP_NOTE
 
 

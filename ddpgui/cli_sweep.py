@@ -14,8 +14,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from .cli import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, SCALAR_SETTINGS, CLIError, _manager,
-                  _settings, add_launch_settings, find_one)
+from .cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STOPPED,
+    SCALAR_SETTINGS,
+    CLIError,
+    _manager,
+    _settings,
+    add_launch_settings,
+    find_one,
+)
 from .cli_output import EXIT_INTERRUPTED, terminal_text
 from .core.live import format_duration, format_rate, progress_bar
 from .core.store import RunNotFound, RunStore, SweepCell, SweepRecord

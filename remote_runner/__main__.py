@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import sys
-from typing import List, Optional
+from typing import Optional
 
 from .capabilities import MIN_TORCH
 from .scriptmode import SCRIPT_COMMAND
@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [SCRIPT_COMMAND] and len(argv) > 1:
         # Each rank of a script-mode run: ``_script ENTRY ARGS...``. Not argparse: the script's

@@ -5,7 +5,7 @@ same decision is made by the runner before training, by the probe's report and
 by the app when it disables a choice, and so that they are tested on captured
 output from real GPUs.
 """
-from typing import Optional, Tuple
+from typing import Optional
 
 #: The oldest torch the runner supports.
 MIN_TORCH = (2, 1)
@@ -45,7 +45,7 @@ def peak_tflops(gpu_name: Optional[str], precision: str) -> Optional[float]:
     return None
 
 
-def precision_problem(precision: str, device_kind: str, capability: Optional[Tuple[int, int]] = None,
+def precision_problem(precision: str, device_kind: str, capability: Optional[tuple[int, int]] = None,
                       cpu_fp16_autocast: bool = True) -> Optional[str]:
     """Why ``precision`` cannot run on this device, in plain words; None when it can.
 
@@ -77,7 +77,7 @@ def precision_problem(precision: str, device_kind: str, capability: Optional[Tup
     return None
 
 
-def bf16_supported(capability: Optional[Tuple[int, int]]) -> bool:
+def bf16_supported(capability: Optional[tuple[int, int]]) -> bool:
     """Whether a CUDA GPU of this compute capability runs bf16 natively (Ampere, 8.0, or newer)."""
     return capability is not None and capability[0] >= 8
 

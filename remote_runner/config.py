@@ -10,7 +10,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Optional
 
 SCHEMA_VERSION = 1
 
@@ -64,7 +64,7 @@ class ScriptConfig:
 
     dir: str = ""
     entry: str = "train.py"
-    args: List[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
     metric_regex: Optional[str] = None
 
     def __post_init__(self) -> None:
@@ -74,7 +74,7 @@ class ScriptConfig:
             try:
                 re.compile(self.metric_regex)
             except re.error as exc:
-                raise ConfigError("script.metric_regex", "not a valid regular expression: %s" % exc)
+                raise ConfigError("script.metric_regex", "not a valid regular expression: %s" % exc) from None
 
 
 @dataclass
@@ -94,7 +94,7 @@ class RunConfig:
     device: str = "auto"
     compile: str = "off"
     precision: str = "fp32"
-    inference_precisions: List[str] = field(default_factory=lambda: list(INFERENCE_PRECISIONS))
+    inference_precisions: list[str] = field(default_factory=lambda: list(INFERENCE_PRECISIONS))
     batch_size: int = 32
     grad_accum: int = 1
     steps: Optional[int] = None
@@ -114,8 +114,8 @@ class RunConfig:
     #: Multi-node: how long node 0 waits for every node to join, and each node to reach node 0.
     rdzv_timeout_s: float = 120.0
     script: Optional[ScriptConfig] = None
-    env: Dict[str, str] = field(default_factory=dict)
-    tags: List[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.schema != SCHEMA_VERSION:
@@ -200,11 +200,11 @@ def _check_type(path: str, value: object, annotation: object) -> object:
         if not isinstance(value, str):
             raise ConfigError(path, "expected a string, got %s" % _typename(value))
         return value
-    if origin in (list, List):
+    if origin in (list, list):
         if not isinstance(value, list):
             raise ConfigError(path, "expected a list, got %s" % _typename(value))
         return [_check_type("%s[%d]" % (path, i), v, args[0]) for i, v in enumerate(value)]
-    if origin in (dict, Dict):
+    if origin in (dict, dict):
         if not isinstance(value, dict):
             raise ConfigError(path, "expected an object, got %s" % _typename(value))
         return {_check_type(path + " key", k, args[0]): _check_type("%s[%r]" % (path, k), v, args[1]) for k, v in value.items()}
@@ -231,7 +231,7 @@ def _from_dict(cls, data: object, prefix: str = ""):
         return cls(**values)
     except ConfigError as exc:
         if prefix and not exc.field.startswith(prefix):
-            raise ConfigError(prefix + exc.field.split(".")[-1], str(exc).split(": ", 1)[1])
+            raise ConfigError(prefix + exc.field.split(".")[-1], str(exc).split(": ", 1)[1]) from None
         raise
 
 
@@ -245,5 +245,5 @@ def load_config(path: str) -> RunConfig:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except json.JSONDecodeError as exc:
-        raise ConfigError("config", "%s is not valid JSON: %s" % (path, exc))
+        raise ConfigError("config", "%s is not valid JSON: %s" % (path, exc)) from None
     return config_from_dict(data)

@@ -12,11 +12,11 @@ import os
 import re
 import signal
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional
 
 from . import capabilities
-from .metrics import STDERR, STDOUT
 from .capabilities import MIN_TORCH
+from .metrics import STDERR, STDOUT
 from .status import NO_SPACE, read_status
 
 #: How much of the end of each log is read.
@@ -95,7 +95,7 @@ def disk_full_text(path: str, who: str) -> str:
         path, "unknown" if free is None else free, who)
 
 
-def os_error_text(exc: OSError) -> Tuple[str, str]:
+def os_error_text(exc: OSError) -> tuple[str, str]:
     """(message, hint) for an OSError the runner itself met (a full disk, a directory removed under it)."""
     if exc.errno in NO_SPACE:
         return disk_full_text(exc.filename or os.getcwd(), "the runner"), DISK_FULL_HINT
@@ -114,7 +114,7 @@ def _tail(path: str) -> str:
         return ""
 
 
-def _backend_errors() -> List[Tuple[str, str]]:
+def _backend_errors() -> list[tuple[str, str]]:
     """(message, hint) of every BackendError the runner raises, taken from capabilities itself."""
     found = []
     for requested, cuda, xpu, nccl in (("nccl", False, False, True), ("nccl", True, False, False),
@@ -129,7 +129,7 @@ def _backend_errors() -> List[Tuple[str, str]]:
 _BACKEND_ERRORS = _backend_errors()
 
 
-def _any_of(texts: List[str]) -> str:
+def _any_of(texts: list[str]) -> str:
     """A regular expression matching any of ``texts`` literally (nothing when there are none)."""
     return "|".join(re.escape(t) for t in texts) or r"(?!)"
 
@@ -150,7 +150,7 @@ _NEEDS_GPU_HINT = ("run it on a host with an NVIDIA GPU, or make it run on the C
                    "(for your own script, in its code or arguments, e.g. nanoGPT's --device=cpu --backend=gloo)")
 
 
-def needs_gpu_hint(message: str, gpus: Optional[List[dict]] = None) -> str:
+def needs_gpu_hint(message: str, gpus: Optional[list[dict]] = None) -> str:
     """What to do about a run that needed an NVIDIA GPU (``message``: its needs_gpu diagnosis).
 
     ``gpus`` are the NVIDIA GPUs the host has, as the probe finds them (NVML or nvidia-smi);
@@ -226,7 +226,7 @@ _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.{0,400}?rank\s
                          r"exitcode\s*:\s*(-?\d+)", re.DOTALL)
 
 
-def classify(exit_code: Optional[int], log_text: str, errors: List[dict], stop_requested: bool = False) -> Diagnosis:
+def classify(exit_code: Optional[int], log_text: str, errors: list[dict], stop_requested: bool = False) -> Diagnosis:
     """The diagnosis for a run that ended with ``exit_code`` after writing ``log_text``.
 
     ``errors`` are the ranks' error records ({"rank", "type", "message",
@@ -293,7 +293,7 @@ def classify(exit_code: Optional[int], log_text: str, errors: List[dict], stop_r
                      "read stderr.log in the run directory for the full output")
 
 
-def _failure_order(error: dict) -> Tuple[float, int]:
+def _failure_order(error: dict) -> tuple[float, int]:
     """Earliest first; ranks in order when the times are equal or unknown."""
     rank = _int(error.get("rank"))
     return float(error.get("t") or 0), rank if rank is not None else 1 << 30
@@ -313,7 +313,7 @@ def _signal_name(number: int) -> str:
         return "unknown signal"
 
 
-def _line_at(text: str, at: int) -> Tuple[Optional[int], str]:
+def _line_at(text: str, at: int) -> tuple[Optional[int], str]:
     """(rank of its "[rank3]: " prefix or None, the line without the prefix) of the line holding position ``at``."""
     start = text.rfind("\n", 0, at) + 1
     end = text.find("\n", at)
@@ -324,7 +324,7 @@ def _line_at(text: str, at: int) -> Tuple[Optional[int], str]:
     return None, line.strip()
 
 
-def _exception_of(log_text: str, rank: Optional[int]) -> Tuple[Optional[str], Optional[str]]:
+def _exception_of(log_text: str, rank: Optional[int]) -> tuple[Optional[str], Optional[str]]:
     """(type, message) of the last exception line of ``rank`` (or of any line when the rank prints none)."""
     found = [(m.group(1), m.group(2), m.group(3)) for m in _EXCEPTION_LINE.finditer(log_text)
              if not m.group(2).endswith("ChildFailedError")]

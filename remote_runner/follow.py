@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from typing import BinaryIO, Dict, Optional, Tuple
+from typing import BinaryIO, Optional
 
 from .metrics import RECORD_SPOOLS, SPOOLS
 from .status import FINAL_STATES, NO_SPACE, STATUS, read_status
@@ -38,13 +38,13 @@ SCAN_BLOCK = 1 << 20
 class Follower:
     """Reads the spools of one run dir from byte offsets and writes framed chunks to ``out``."""
 
-    def __init__(self, run_dir: str, offsets: Optional[Dict[str, int]], out: BinaryIO):
+    def __init__(self, run_dir: str, offsets: Optional[dict[str, int]], out: BinaryIO):
         self.run_dir = run_dir
         self.offsets = {name: int((offsets or {}).get(name, 0)) for name in SPOOLS}
         self.out = out
-        self._files: Dict[str, BinaryIO] = {}
+        self._files: dict[str, BinaryIO] = {}
         self._status: dict = {}
-        self._status_stamp: Optional[Tuple[int, int, int]] = None
+        self._status_stamp: Optional[tuple[int, int, int]] = None
         self._status_checked = float("-inf")
 
     def _read_new(self, name: str, final: bool) -> bool:
@@ -123,7 +123,7 @@ class Follower:
         """status.json, read again only when it changed; the supervisor's liveness checked once a second."""
         try:
             st = os.stat(os.path.join(self.run_dir, STATUS))
-            stamp: Optional[Tuple[int, int, int]] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            stamp: Optional[tuple[int, int, int]] = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             stamp = None
         if stamp != self._status_stamp or now - self._status_checked >= HEARTBEAT_S:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import warnings
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Optional
 
 from . import capabilities
 from .config import PRECISIONS
@@ -52,7 +52,7 @@ class _Parts:
     """Runs each part of the probe; a part that raises gives its default and is listed in ``errors``."""
 
     def __init__(self) -> None:
-        self.errors: List[dict] = []
+        self.errors: list[dict] = []
 
     def get(self, name: str, read: Callable[[], object], default: object = None) -> object:
         try:
@@ -117,7 +117,7 @@ def _ram_gib() -> float:
     return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / _GIB, 1)
 
 
-def _torch_facts(parts: _Parts) -> Tuple[Optional[dict], Optional[str], List[dict]]:
+def _torch_facts(parts: _Parts) -> tuple[Optional[dict], Optional[str], list[dict]]:
     """(torch facts, import error, GPUs as torch sees them); (None, error, []) when torch does not import."""
     try:
         import torch
@@ -125,7 +125,7 @@ def _torch_facts(parts: _Parts) -> Tuple[Optional[dict], Optional[str], List[dic
         return None, _describe(exc), []
     import torch.distributed as dist
 
-    facts: Dict[str, object] = {
+    facts: dict[str, object] = {
         "version": torch.__version__,
         "cuda_build": torch.version.cuda,
         "compile_api": hasattr(torch, "compile"),
@@ -147,7 +147,7 @@ def _torch_facts(parts: _Parts) -> Tuple[Optional[dict], Optional[str], List[dic
     facts["xpu_available"] = bool(xpu is not None and parts.get("torch.xpu", xpu.is_available, False))
     facts["mps_available"] = bool(parts.get("torch.mps", torch.backends.mps.is_available, False))
     facts["cpu_fp16_autocast"] = parts.get("cpu_fp16_autocast", lambda: _cpu_fp16_autocast(torch), False)
-    gpus: List[dict] = []
+    gpus: list[dict] = []
     if facts["cuda_available"]:
         gpus = parts.get("torch.cuda.devices", lambda: _torch_gpus(torch), []) or []
     return facts, None, gpus
@@ -166,7 +166,7 @@ def _cpu_fp16_autocast(torch: object) -> bool:
     return not caught and bool(getattr(ctx, "_enabled", True))
 
 
-def _torch_gpus(torch: object) -> List[dict]:
+def _torch_gpus(torch: object) -> list[dict]:
     gpus = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
@@ -191,7 +191,7 @@ def driver_facts() -> dict:
         return {"source": None, "gpus": []}
     try:
         proc = subprocess.run([smi], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, timeout=SMI_TIMEOUT_S)
+                              text=True, timeout=SMI_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"source": "nvidia-smi", "gpus": [], "error": "nvidia-smi did not answer in %.0f s" % SMI_TIMEOUT_S}
     if proc.returncode != 0:
@@ -210,7 +210,7 @@ def parse_smi_summary(text: str) -> dict:
     """
     driver = re.search(r"(?:Driver|KMD) Version\s*:\s*([0-9][0-9.]*)", text)
     cuda = re.search(r"CUDA (?:UMD )?Version\s*:\s*([0-9][0-9.]*)", text)
-    gpus: List[dict] = []
+    gpus: list[dict] = []
     for line in text.splitlines():
         row = re.match(r"\|\s+(\d+)\s+(.+?)\s+(?:On|Off)\s+\|", line)
         if row:
@@ -234,7 +234,7 @@ def _describe_gpu(gpu: dict) -> dict:
             "source": gpu.get("source")}
 
 
-def _best_device(torch_facts: Optional[dict], gpus: List[dict]) -> str:
+def _best_device(torch_facts: Optional[dict], gpus: list[dict]) -> str:
     """The device kind a run would train on here."""
     if not torch_facts:
         return "cpu"
@@ -243,7 +243,7 @@ def _best_device(torch_facts: Optional[dict], gpus: List[dict]) -> str:
                                        mps=bool(torch_facts.get("mps_available")))
 
 
-def _find_compiler(env_var: str, names: Tuple[str, ...]) -> Optional[str]:
+def _find_compiler(env_var: str, names: tuple[str, ...]) -> Optional[str]:
     chosen = os.environ.get(env_var, "").strip()
     if chosen:  # CC may carry a launcher and flags: "ccache gcc -m64"
         words = shlex.split(chosen)
@@ -269,7 +269,7 @@ def _compile_facts(torch_facts: Optional[dict], device: str) -> dict:
     return dict(facts, possible=possible, device=device)
 
 
-def precision_problems(report: dict) -> Dict[str, Optional[str]]:
+def precision_problems(report: dict) -> dict[str, Optional[str]]:
     """precision -> None when it runs on the best device, else the reason it does not.
 
     Takes the probe's facts or its JSON report (the app decides its choices from the latter).
@@ -283,7 +283,7 @@ def precision_problems(report: dict) -> Dict[str, Optional[str]]:
     return {p: capabilities.precision_problem(p, device, cap, cpu_fp16_autocast=cpu_fp16) for p in PRECISIONS}
 
 
-def _version_tuple(text: Optional[str]) -> Optional[Tuple[int, ...]]:
+def _version_tuple(text: Optional[str]) -> Optional[tuple[int, ...]]:
     """(major, minor) of a version such as 2.4.1+cu121 or 12.2; None when it does not start with numbers."""
     match = re.match(r"(\d+)\.(\d+)", text or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -307,7 +307,7 @@ def wheel_hint(driver_cuda: Optional[str]) -> str:
             "--index-url https://download.pytorch.org/whl/cu%d%d" % (fitting[-1] + (driver_cuda,) + fitting[-1]))
 
 
-def find_problems(facts: dict) -> List[dict]:
+def find_problems(facts: dict) -> list[dict]:
     """Problems in plain words, each {code, severity ("error" or "warning"), message, hint}, from gathered facts."""
     problems = [_problem("probe_error", "The probe could not read %s (%s)." % (e.get("part"), e.get("error")),
                          "the rest of the report is still valid; if this persists, report it along with the host's OS",
@@ -344,7 +344,7 @@ def find_problems(facts: dict) -> List[dict]:
     return problems
 
 
-def _torch_problems(torch_facts: dict, facts: dict, driver_gpus: List[dict], driver_cuda: Optional[str]) -> List[dict]:
+def _torch_problems(torch_facts: dict, facts: dict, driver_gpus: list[dict], driver_cuda: Optional[str]) -> list[dict]:
     problems = []
     version = torch_facts.get("version")
     parsed = _version_tuple(version)

@@ -12,14 +12,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, Iterable, List, Set
+from collections.abc import Iterable
 
 from .status import pid_alive
 
 PIDS_DIR = "pids"
 
 
-def _parent_map() -> Dict[int, int]:
+def _parent_map() -> dict[int, int]:
     """pid -> parent pid for every process on the host."""
     parents = {}
     if os.path.isdir("/proc/self"):
@@ -42,13 +42,13 @@ def _parent_map() -> Dict[int, int]:
     return parents
 
 
-def descendants(roots: Iterable[int]) -> List[int]:
+def descendants(roots: Iterable[int]) -> list[int]:
     """Every live process below ``roots`` (the roots themselves included when alive)."""
     parents = _parent_map()
-    children: Dict[int, List[int]] = {}
+    children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
-    found: Set[int] = set()
+    found: set[int] = set()
     stack = [pid for pid in roots if pid in parents]
     while stack:
         pid = stack.pop()
@@ -59,7 +59,7 @@ def descendants(roots: Iterable[int]) -> List[int]:
     return sorted(found)
 
 
-def rank_pids(run_dir: str) -> List[int]:
+def rank_pids(run_dir: str) -> list[int]:
     """The pids the ranks recorded in ``run_dir/pids`` (live or not)."""
     pids = []
     try:
@@ -75,7 +75,7 @@ def rank_pids(run_dir: str) -> List[int]:
     return pids
 
 
-def run_processes(run_dir: str, roots: Iterable[int]) -> List[int]:
+def run_processes(run_dir: str, roots: Iterable[int]) -> list[int]:
     """Every live process of the run: below ``roots`` and below the ranks' recorded pids.
 
     A recorded rank pid counts only while its command line still names the run
@@ -101,7 +101,7 @@ def signal_all(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def wait_gone(pids: Iterable[int], timeout_s: float) -> List[int]:
+def wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
     """Wait until none of ``pids`` is alive; returns those still alive at the deadline."""
     pids = list(pids)
     deadline = time.monotonic() + timeout_s
@@ -123,7 +123,7 @@ def end_process(proc: subprocess.Popen, grace_s: float) -> None:
             proc.wait()
 
 
-def terminate(pids: Iterable[int], grace_s: float) -> List[int]:
+def terminate(pids: Iterable[int], grace_s: float) -> list[int]:
     """SIGTERM, then SIGKILL whatever is left after ``grace_s``; returns the pids that needed SIGKILL."""
     pids = list(pids)
     signal_all(pids, signal.SIGTERM)

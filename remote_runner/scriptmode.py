@@ -25,7 +25,8 @@ import os
 import re
 import runpy
 import sys
-from typing import Dict, List, Optional, Pattern, Union
+from re import Pattern
+from typing import Optional, Union
 
 from remote_runner.metrics import SpoolWriter
 from remote_runner.proctree import exit_without_finalizing
@@ -52,7 +53,7 @@ _TIME_KEYS = ("time", "dt", "step_time", "iter_time", "batch_time")
 _COUNTERS = ("step", "epoch")
 
 
-def run_script_and_exit(path: str, args: List[str]) -> None:
+def run_script_and_exit(path: str, args: list[str]) -> None:
     """Run the script at ``path`` as its ``__main__`` with ``args``, then leave with its exit status.
 
     As ``python path args`` would: ``sys.argv = [path, *args]``, the script's folder first on
@@ -64,14 +65,14 @@ def run_script_and_exit(path: str, args: List[str]) -> None:
     """
     sys.argv = [path] + list(args)
     sys.path[0] = os.path.dirname(os.path.realpath(path))
-    kept = None  # the script's globals, or its exception (whose frames hold them)
+    kept = None  # the script's globals, or its exception (whose frames hold them): held, never read
     try:
         kept = runpy.run_path(path, run_name="__main__")
         code = 0
     except SystemExit as exc:
         kept, code = exc, _exit_status(exc.code)
     except BaseException as exc:  # KeyboardInterrupt too: shown as Python shows it
-        kept = exc
+        kept = exc  # noqa: F841 (held, see above)
         shown = exc.with_traceback(_script_frames(exc.__traceback__, path))  # the hook may read either
         sys.excepthook(type(exc), shown, shown.__traceback__)
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
@@ -123,7 +124,7 @@ def _from_regex(line: str, regex: Pattern) -> Optional[dict]:
     match = regex.search(line)
     if match is None:
         return None
-    fields: Dict[str, Optional[float]] = {}
+    fields: dict[str, Optional[float]] = {}
     for name, text in match.groupdict().items():
         if text is None:
             continue
@@ -171,14 +172,14 @@ def _finite(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def _qualified(fields: Dict[str, Optional[float]]) -> Optional[dict]:
+def _qualified(fields: dict[str, Optional[float]]) -> Optional[dict]:
     """``fields`` when they make a metric record (see :func:`parse_metric_line`), else None."""
     if any("loss" in key for key in fields) or (any(k in fields for k in _COUNTERS) and len(fields) > 1):
         return _counters_as_int(fields)
     return None
 
 
-def _counters_as_int(fields: Dict[str, Optional[float]]) -> dict:
+def _counters_as_int(fields: dict[str, Optional[float]]) -> dict:
     for key in _COUNTERS:
         value = fields.get(key)
         if value is not None and float(value).is_integer():
@@ -197,7 +198,7 @@ class ScriptMetrics:
                  world_size: Optional[int] = None):
         self.regex = re.compile(metric_regex) if isinstance(metric_regex, str) else metric_regex
         self.writer = SpoolWriter(path)
-        self.extra: Dict[str, object] = {"phase": "script"}
+        self.extra: dict[str, object] = {"phase": "script"}
         if world_size is not None:
             self.extra["world_size"] = world_size
         self.count = 0

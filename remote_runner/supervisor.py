@@ -12,15 +12,23 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, Optional
+from typing import Optional
 
 from . import proctree
 from .config import RunConfig, load_config
 from .failures import ATTEMPT_MARKER, diagnose
 from .metrics import EVENTS, FINAL_EVENTS, METRICS, STDERR, STDOUT, append_event, last_record
 from .scriptmode import SCRIPT_COMMAND
-from .status import (CONFIG, FINAL_STATES, read_status, release_reserve, reserve_space, runs_elsewhere, this_host,
-                     write_status)
+from .status import (
+    CONFIG,
+    FINAL_STATES,
+    read_status,
+    release_reserve,
+    reserve_space,
+    runs_elsewhere,
+    this_host,
+    write_status,
+)
 
 #: How many times a run whose rendezvous port was taken between our check and
 #: torchrun's bind is retried on a new port.
@@ -43,7 +51,7 @@ def supervisor_pid(run_dir: str, status: Optional[dict] = None) -> Optional[int]
         return None
 
 
-def self_command() -> List[str]:
+def self_command() -> list[str]:
     """The argv prefix that runs this runner again, from the zipapp or from the package."""
     main = sys.modules.get("__main__")
     archive = getattr(main, "__file__", "") or ""
@@ -104,7 +112,7 @@ class Supervisor:
         self.proc: Optional[subprocess.Popen] = None
         self.stopping = threading.Event()
 
-    def torchrun_argv(self, port: int) -> List[str]:
+    def torchrun_argv(self, port: int) -> list[str]:
         """torchrun for this node; ``port`` is the rendezvous port of a one-node run.
 
         One node: c10d rendezvous on 127.0.0.1.  Several nodes: torchrun's *static*

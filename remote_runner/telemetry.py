@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import IO, Callable, Optional
 
 from .metrics import TELEMETRY, SpoolWriter
 from .proctree import end_process
@@ -44,7 +45,7 @@ def _text(value: object) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
-def smi_header_fields(header: str) -> List[str]:
+def smi_header_fields(header: str) -> list[str]:
     """Field names from an nvidia-smi CSV header: ``power.draw [W]`` becomes ``power.draw``."""
     return [re.sub(r"\s*\[[^\]]*\]$", "", part.strip()) for part in header.split(",")]
 
@@ -98,8 +99,8 @@ class Nvml:
 
     def __init__(self, module: object):
         self._nv = module
-        self._handles: Dict[int, object] = {}
-        self._names: Dict[int, Optional[str]] = {}
+        self._handles: dict[int, object] = {}
+        self._names: dict[int, Optional[str]] = {}
 
     @classmethod
     def open(cls) -> Optional["Nvml"]:
@@ -149,7 +150,7 @@ class Nvml:
             self._names[index] = _text(self._call("nvmlDeviceGetName", self._handle(index)))
         return self._names[index]
 
-    def compute_capability(self, index: int) -> Optional[Tuple[int, int]]:
+    def compute_capability(self, index: int) -> Optional[tuple[int, int]]:
         """(major, minor), e.g. (8, 0) (``nvidia-smi --query-gpu=compute_cap``)."""
         cap = self._call("nvmlDeviceGetCudaComputeCapability", self._handle(index))
         return (int(cap[0]), int(cap[1])) if isinstance(cap, (tuple, list)) and len(cap) == 2 else None
@@ -202,13 +203,13 @@ class CpuSampler:
     1-minute load average and the process count are known; the rest is None.
     """
 
-    def __init__(self, pids: Callable[[], List[int]]):
+    def __init__(self, pids: Callable[[], list[int]]):
         self._pids = pids
         self._linux = os.path.isfile("/proc/stat")
         self._ticks_per_s = os.sysconf("SC_CLK_TCK") if self._linux else 100
         self._page = os.sysconf("SC_PAGE_SIZE") if self._linux else 4096
-        self._host: Optional[Tuple[int, int]] = None
-        self._proc_ticks: Dict[int, int] = {}
+        self._host: Optional[tuple[int, int]] = None
+        self._proc_ticks: dict[int, int] = {}
         self._at: Optional[float] = None
 
     def sample(self) -> dict:
@@ -224,7 +225,7 @@ class CpuSampler:
             busy = (host[0] - self._host[0]) - (host[1] - self._host[1])
             record["cpu_pct"] = round(100.0 * busy / (host[0] - self._host[0]), 1)
         self._host = host
-        ticks: Dict[int, int] = {}
+        ticks: dict[int, int] = {}
         rss_pages = 0
         for pid in pids:
             usage = _proc_usage(pid)
@@ -249,7 +250,7 @@ def _load_1m() -> Optional[float]:
         return None
 
 
-def _host_ticks() -> Optional[Tuple[int, int]]:
+def _host_ticks() -> Optional[tuple[int, int]]:
     """(all, idle) jiffies from the first line of /proc/stat; iowait counts as idle."""
     try:
         with open("/proc/stat", "rb") as fh:
@@ -259,7 +260,7 @@ def _host_ticks() -> Optional[Tuple[int, int]]:
     return sum(fields), fields[3] + fields[4]
 
 
-def _proc_usage(pid: int) -> Optional[Tuple[int, int]]:
+def _proc_usage(pid: int) -> Optional[tuple[int, int]]:
     """(utime + stime in clock ticks, resident pages) of one process."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as fh:
@@ -281,7 +282,7 @@ class TelemetrySampler:
     ends the thread.
     """
 
-    def __init__(self, run_dir: str, interval_s: float, pids: Callable[[], List[int]], gpu_source: str = "auto"):
+    def __init__(self, run_dir: str, interval_s: float, pids: Callable[[], list[int]], gpu_source: str = "auto"):
         self.run_dir = run_dir
         self.interval_s = interval_s
         self.source = "none"
@@ -294,7 +295,7 @@ class TelemetrySampler:
         self._nvml_gpus = 0
         self._smi: Optional[subprocess.Popen] = None
         self._smi_reader: Optional[threading.Thread] = None
-        self._fresh: Dict[int, dict] = {}
+        self._fresh: dict[int, dict] = {}
         self._fresh_lock = threading.Lock()
         self._last_error: Optional[str] = None
 
@@ -379,10 +380,10 @@ class TelemetrySampler:
         except OSError:  # the disk is full: nothing more to say
             pass
 
-    def _cpu_records(self) -> List[dict]:
+    def _cpu_records(self) -> list[dict]:
         return [self._cpu.sample()]
 
-    def _gpu_records(self) -> List[dict]:
+    def _gpu_records(self) -> list[dict]:
         if self._nvml is not None:
             return [self._nvml.sample(i) for i in range(self._nvml_gpus)]
         if self._smi is not None and self._smi.poll() is not None:

@@ -20,9 +20,10 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -80,7 +81,7 @@ class Env:
     device: torch.device
     backend: str
     gpu_name: Optional[str] = None
-    capability: Optional[Tuple[int, int]] = None
+    capability: Optional[tuple[int, int]] = None
 
     @property
     def master(self) -> bool:
@@ -168,7 +169,7 @@ def train(cfg: RunConfig, run_dir: str, env: Env) -> None:
     log = TrainLog(cfg, run_dir, env, work, steps_per_epoch, total) if env.master else None
     fail_step = injected_failure_step(env.rank)
     step = 0
-    losses: List[torch.Tensor] = []
+    losses: list[torch.Tensor] = []
     while total is None or step < total:
         if step + 1 == fail_step:
             raise RuntimeError("injected failure on rank %d at step %d (%s)" % (env.rank, fail_step, FAIL_STEP_ENV))
@@ -210,7 +211,7 @@ class TrainLog:
         peak = peak_tflops(env.gpu_name, cfg.precision)
         self.peak_tflops = peak * env.world_size if peak else None
         self.metrics = _NoSpool() if os.environ.get(BENCH_NO_SPOOL_ENV) else SpoolWriter(os.path.join(run_dir, METRICS))
-        self.losses: List[float] = []
+        self.losses: list[float] = []
         self.steady_samples, self.steady_s = 0, 0.0
         self.event("train_start", world_size=env.world_size, backend=env.backend, device=env.kind,
                    gpu_name=env.gpu_name, precision=cfg.precision, compile=cfg.compile, workload=cfg.workload,
@@ -233,7 +234,7 @@ class TrainLog:
         if step == self.warmup_steps:
             self.event("warmup_done", step=step)
 
-    def interval(self, step: int, epoch: int, losses: List[torch.Tensor], lr: float) -> None:
+    def interval(self, step: int, epoch: int, losses: list[torch.Tensor], lr: float) -> None:
         """One metrics record for the steps since the last one.
 
         The loss is rank 0's own mean over the interval: DDP keeps the replicas identical, so it
@@ -311,7 +312,7 @@ def infer(cfg: RunConfig, run_dir: str, env: Env) -> None:
             if env.master:
                 append_event(run_dir, "inference_unsupported", precision=precision, reason=reason)
             continue
-        latencies: List[float] = []
+        latencies: list[float] = []
         with torch.inference_mode():
             for step in range(1, cfg.steps + 1):
                 start = time.perf_counter()
@@ -360,7 +361,7 @@ def int8_model(model: nn.Module, kind: str) -> nn.Module:
         import torchao.quantization as tq
     except ImportError:
         raise RuntimeError("PyTorch's built-in int8 quantization runs on CPU only; install torchao for int8 on %s"
-                           % kind)
+                           % kind) from None
     config = getattr(tq, "Int8DynamicActivationInt8WeightConfig", None) or tq.int8_dynamic_activation_int8_weight
     quantized = copy.deepcopy(model)
     tq.quantize_(quantized, config())
@@ -402,7 +403,7 @@ def grad_scaler(kind: str, enabled: bool):
     return torch.cuda.amp.GradScaler(enabled=enabled)
 
 
-def data_loader(cfg: RunConfig, env: Env, dataset: Dataset) -> Tuple[DataLoader, DistributedSampler]:
+def data_loader(cfg: RunConfig, env: Env, dataset: Dataset) -> tuple[DataLoader, DistributedSampler]:
     """This rank's shard of ``dataset`` in batches of ``cfg.batch_size``."""
     # drop_last in both: every rank gets the same number of full batches, so no rank waits in an
     # all-reduce that another never joins, and a compiled model sees one batch shape
@@ -414,7 +415,7 @@ def data_loader(cfg: RunConfig, env: Env, dataset: Dataset) -> Tuple[DataLoader,
     return loader, sampler
 
 
-def epoch_batches(loader: DataLoader, sampler: DistributedSampler, per_epoch: int) -> Iterator[Tuple[int, object]]:
+def epoch_batches(loader: DataLoader, sampler: DistributedSampler, per_epoch: int) -> Iterator[tuple[int, object]]:
     """(epoch, batch) without end: ``per_epoch`` batches per epoch (whole optimizer steps)."""
     epoch = 0
     while True:
@@ -446,7 +447,7 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (GIB if sys.platform == "darwin" else GIB / 1024)
 
 
-def percentile(values: List[float], pct: float) -> float:
+def percentile(values: list[float], pct: float) -> float:
     """The nearest-rank percentile of ``values``."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(len(ordered) * pct / 100) - 1)]

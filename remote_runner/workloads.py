@@ -8,7 +8,7 @@ The models are small enough that a 2-process CPU run of 30 steps takes seconds.
 """
 import copy
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -116,7 +116,7 @@ class ArithmeticSequences(Dataset):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = _sample_generator(self.seed, index)
         start, stride = torch.randint(0, self.vocab, (2,), generator=gen).tolist()
         tokens = (start + (stride + 1) * torch.arange(self.seq_len + 1)) % self.vocab
@@ -135,7 +135,7 @@ class NoisyTemplates(Dataset):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = _sample_generator(self.seed, index)
         label = int(torch.randint(0, self.classes, (1,), generator=gen))
         image = self.templates[label] + torch.randn(self.templates.shape[1:], generator=gen)
@@ -242,7 +242,7 @@ class ResidualBlock(nn.Module):
 class SmallResNet(nn.Module):
     """A ResNet-style classifier for 32x32 images: a stem and three residual stages."""
 
-    def __init__(self, classes: int = CNN_CLASSES, widths: Tuple[int, int, int] = (16, 32, 64)):
+    def __init__(self, classes: int = CNN_CLASSES, widths: tuple[int, int, int] = (16, 32, 64)):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
         self.blocks = nn.Sequential(

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -706,6 +707,6 @@ def compare(stats: Sequence[RunStats], baseline: str | None = None) -> Compariso
             comparison.scaling[g.key] = _itself(g.metrics["throughput"], 1.0, "the 1-process run")
             continue
         r = ratio(g.metrics["throughput"], one.metrics["throughput"])
-        scale = lambda v: None if v is None else v / g.world_size  # noqa: E731
+        scale = lambda v, n=g.world_size: None if v is None else v / n  # noqa: E731
         comparison.scaling[g.key] = Ratio(scale(r.value), scale(r.low), scale(r.high), r.n, r.over, r.reason)
     return comparison

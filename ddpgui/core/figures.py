@@ -12,9 +12,9 @@ Rules (fonts, palette, sizes, decimation) are in docs/ANALYSIS.md, "Figures".
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -222,7 +222,7 @@ def _bars(ax, groups: list[GroupStats], values: list[float | None], errors: list
     if all(v is None for v in values):
         return ""
     pos = np.arange(len(groups))
-    for i, (g, v, e) in enumerate(zip(groups, values, errors)):
+    for i, (v, e) in enumerate(zip(values, errors)):
         if v is None:
             continue
         style = _Style(i)

@@ -26,6 +26,7 @@ from remote_runner.status import atomic_write
 
 from . import secrets
 from .filelock import locked
+
 # The key-file names stay importable from here, where they lived before keyfiles.py.
 from .keyfiles import KeyFileError, KeyNeedsPassphrase, WrongPassphrase, key_is_encrypted, load_private_key  # noqa: F401
 from .paths import config_dir

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-
 #: Below this average GPU utilization after warm-up the input pipeline is probably the bottleneck.
 LOW_UTIL_PCT = 60.0
 #: GPU samples (all GPUs together) needed after warm-up before saying so.

@@ -20,10 +20,10 @@ from remote_runner.status import FINAL_STATES
 
 from . import launches, multinode
 from .errors import describe
-from .multinode import Preflight
-from .hosts import HostStore
-from .package import RunnerPackage, build_runner
 from .follower import HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate and Listener are re-exported)
+from .hosts import HostStore
+from .multinode import Preflight
+from .package import RunnerPackage, build_runner
 from .protocol import Chunk, Heartbeat
 from .runs import make_config
 from .store import RunRecord, RunStore

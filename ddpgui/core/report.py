@@ -17,8 +17,8 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from remote_runner.metrics import EVENTS, METRICS, SPOOLS, TELEMETRY
 from remote_runner.status import FINAL_STATES

@@ -115,7 +115,7 @@ def _checked_matrix(matrix: dict[str, list], base: dict) -> dict[str, list]:
                              "give each setting once", axis=name)
         if base.get(key) is not None:
             raise SweepError(f"{_short(key)} is both a fixed setting ({_shown(base[key])}) and a sweep axis",
-                             f"drop one of them", axis=name)
+                             "drop one of them", axis=name)
         if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
             raise SweepError(f"sweep axis {name!r} needs a non-empty list of values, got {values!r}",
                              "e.g. precision: [fp32, bf16]", axis=name)

@@ -7,8 +7,17 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QInputDialog, QMainWindow, QMessageBox, QSplitter, QSystemTrayIcon,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QInputDialog,
+    QMainWindow,
+    QMessageBox,
+    QSplitter,
+    QSystemTrayIcon,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ddpgui.core.host_keys import HostKeyChanged, KnownHosts
 from ddpgui.core.hosts import HostStore
@@ -20,8 +29,8 @@ from ddpgui.core.uploads import collected_skips
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.sweep import SweepDialog
-from .prompts import Prompts
 from .nodes import launch_on_nodes
+from .prompts import Prompts
 from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
 from .widgets.hosts_panel import HostsPanel

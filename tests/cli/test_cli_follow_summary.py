@@ -3,11 +3,10 @@ import json
 import os
 
 import pytest
+from cli_process import start_cli
 
 from ddpgui.core.live import format_duration
 from ddpgui.core.store import RunStore
-from cli_process import start_cli
-
 
 
 def _summary(out: str) -> list[str]:

@@ -10,10 +10,10 @@ import sys
 import textwrap
 
 import pytest
+from cli_process import run_cli, start_cli
+from spools import wait_for
 
 from ddpgui.core.store import RunStore
-from spools import wait_for
-from cli_process import run_cli, start_cli
 
 TINY = ["--workload", "linear", "--steps", "3", "--warmup-steps", "1", "--batch-size", "8"]
 

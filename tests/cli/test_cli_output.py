@@ -1,5 +1,4 @@
 """What the CLI writes: user text escaped, closed pipes and silent hosts without tracebacks (real CLI processes)."""
-import json
 import os
 import socket
 import subprocess
@@ -7,10 +6,10 @@ import sys
 import threading
 
 import pytest
+from cli_process import cli_env, run_cli
 
 from ddpgui.cli_output import terminal_text
 from ddpgui.core.store import RunStore, SweepRecord
-from cli_process import cli_env, run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOSTILE = "evil\x1b[31mRED\x1b[0m\rover\nline\tTAB\u202eGNP.exe\u2066x\u2069\x07\x9b"

@@ -3,13 +3,24 @@ import math
 
 import numpy as np
 import pytest
+from stored_runs import constant_run, store_run
 
 from ddpgui.core import analysis
-from ddpgui.core.analysis import (Estimate, SteadyRule, compare, estimate, noise_sigma, ratio, run_stats,
-                                  setting_key, setting_labels, steady_start, t_quantile)
+from ddpgui.core.analysis import (
+    Estimate,
+    SteadyRule,
+    compare,
+    estimate,
+    noise_sigma,
+    ratio,
+    run_stats,
+    setting_key,
+    setting_labels,
+    steady_start,
+    t_quantile,
+)
 from ddpgui.core.hosts import HostProfile, HostStore
 from ddpgui.core.store import RunStore
-from stored_runs import constant_run, store_run
 
 BASE = {"workload": "mlp", "nproc_per_node": 1, "compile": "off", "precision": "fp32", "batch_size": 32,
         "steps": 10, "seed": 0}

@@ -108,8 +108,9 @@ def test_compare_refuses_bad_requests(app_data, tmp_path, capsys):
 
 
 def test_compare_a_sweep_takes_its_finished_runs(tmp_path, monkeypatch, capsys):
-    from ddpgui.core.store import SweepCell, SweepRecord
     from stored_runs import constant_run
+
+    from ddpgui.core.store import SweepCell, SweepRecord
 
     monkeypatch.setenv("DDPGUI_DATA_DIR", str(tmp_path / "data"))
     base = {"workload": "mlp", "compile": "off", "precision": "fp32", "steps": 10}

@@ -12,15 +12,15 @@ import sys
 import time
 
 import pytest
+from cli_process import REPO, run_cli
+from small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
+from spools import wait_for
 
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import CommandResult, Target
 from ddpgui.core.targets.local import LocalTarget
 from remote_runner.metrics import EVENTS
 from remote_runner.status import RESERVE, read_status, write_status
-from small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
-from spools import wait_for
-from cli_process import REPO, run_cli
 
 pytestmark = pytest.mark.slow
 

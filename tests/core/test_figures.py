@@ -5,11 +5,11 @@ import numpy as np
 import pypdf
 import pytest
 from PIL import Image
+from stored_runs import store_run
 
 from ddpgui.core import analysis, figures
 from ddpgui.core.figures import envelope
 from ddpgui.core.store import RunStore
-from stored_runs import store_run
 
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "driver": "550.54.15", "cuda": "12.4", "torch": "2.5.1"}
 CAPTION = "GPU 2× NVIDIA H100 80GB HBM3 · driver 550.54.15 · CUDA 12.4 · torch 2.5.1"

@@ -6,12 +6,22 @@ import subprocess
 import keyring
 import keyring.backends.fail
 import pytest
+from secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 
 from ddpgui.core import secrets
-from ddpgui.core.hosts import (LOCAL, HostError, HostNotFound, HostProfile, HostStore, KeyNeedsPassphrase,
-                               WrongPassphrase, key_is_encrypted, load_private_key, parse_hop)
+from ddpgui.core.hosts import (
+    LOCAL,
+    HostError,
+    HostNotFound,
+    HostProfile,
+    HostStore,
+    KeyNeedsPassphrase,
+    WrongPassphrase,
+    key_is_encrypted,
+    load_private_key,
+    parse_hop,
+)
 from ddpgui.core.paths import config_dir
-from secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import subprocess
 
 import numpy as np
 import pytest
+from stored_runs import constant_run, store_run
 
 from ddpgui.core import analysis, report
 from ddpgui.core.export import ID_KEYS
 from ddpgui.core.report import BundleError, format_pm, import_bundle, tex_escape, write_bundle
 from ddpgui.core.store import RunStore
-from stored_runs import constant_run, store_run
 
 BASE = {"workload": "mlp", "nproc_per_node": 1, "compile": "off", "precision": "fp32", "steps": 10}
 

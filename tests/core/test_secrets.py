@@ -6,11 +6,11 @@ import pytest
 import secretstorage
 from keyring.backend import KeyringBackend
 from keyring.errors import KeyringLocked
+from secret_service import secret_service, secret_service_daemon  # noqa: F401
+from secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 
 from ddpgui.core import secrets
 from ddpgui.core.hosts import HostProfile, HostStore
-from secret_service import secret_service, secret_service_daemon  # noqa: F401
-from secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 
 
 def _in_secret_service(username: str) -> list[str]:

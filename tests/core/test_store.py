@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 from ddpgui.core import store as store_module
 from ddpgui.core.protocol import Chunk
-from ddpgui.core.store import (COMPACT_AFTER, RunNotFound, RunStore, StoreCorruptError, StoreGapError,
-                               StoreVersionError)
+from ddpgui.core.store import COMPACT_AFTER, RunNotFound, RunStore, StoreCorruptError, StoreGapError, StoreVersionError
 
 METRICS, TELEMETRY, EVENTS = "metrics.jsonl", "telemetry.jsonl", "events.jsonl"
 

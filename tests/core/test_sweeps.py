@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from spools import wait_for
 
 from ddpgui.core import store as store_module
 from ddpgui.core.hosts import HostStore
@@ -15,7 +16,6 @@ from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore, SweepCell, SweepRecord
 from ddpgui.core.sweeps import SweepError, SweepRunner, SweepSpec, plan_sweep
 from ddpgui.core.targets.factory import open_target
-from spools import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The smallest run: a linear model, a few steps (each run is mostly torchrun start-up).

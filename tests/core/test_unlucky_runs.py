@@ -15,11 +15,11 @@ import sys
 import textwrap
 
 import pytest
+from cli_process import REPO, cli_env, run_cli
+from spools import wait_for
 
 from ddpgui.core.store import RunStore
 from remote_runner.status import read_status
-from spools import wait_for
-from cli_process import REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 

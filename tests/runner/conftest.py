@@ -4,9 +4,9 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
 
 import pytest
 
@@ -23,24 +23,24 @@ class RunResult:
     stdout: str
     stderr: str
 
-    def records(self, spool: str) -> List[dict]:
+    def records(self, spool: str) -> list[dict]:
         path = self.run_dir / spool
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
 
     @property
-    def metrics(self) -> List[dict]:
+    def metrics(self) -> list[dict]:
         return self.records("metrics.jsonl")
 
     @property
-    def events(self) -> List[dict]:
+    def events(self) -> list[dict]:
         return self.records("events.jsonl")
 
-    def events_named(self, name: str) -> List[dict]:
+    def events_named(self, name: str) -> list[dict]:
         return [e for e in self.events if e["event"] == name]
 
-    def error(self, rank: int) -> Optional[dict]:
+    def error(self, rank: int) -> dict | None:
         path = self.run_dir / ("error-rank%d.json" % rank)
         return json.loads(path.read_text()) if path.exists() else None
 
@@ -49,7 +49,7 @@ class RunResult:
 def make_run_dir(tmp_path: Path) -> Callable[..., Path]:
     """make_run_dir(config, name="run"): a 0700 run directory holding config.json."""
 
-    def make(config: Dict[str, object], name: str = "run") -> Path:
+    def make(config: dict[str, object], name: str = "run") -> Path:
         run_dir = tmp_path / name
         run_dir.mkdir(mode=0o700)
         (run_dir / "config.json").write_text(json.dumps(config))
@@ -62,7 +62,7 @@ def make_run_dir(tmp_path: Path) -> Callable[..., Path]:
 def torchrun(make_run_dir: Callable[..., Path]) -> Callable[..., RunResult]:
     """torchrun(config, nproc=1, env=None): run remote_runner.train under real torchrun (gloo, CPU)."""
 
-    def run(config: Dict[str, object], nproc: int = 1, env: Optional[Dict[str, str]] = None) -> RunResult:
+    def run(config: dict[str, object], nproc: int = 1, env: dict[str, str] | None = None) -> RunResult:
         run_dir = make_run_dir(dict(config, nproc_per_node=nproc))
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
                 "-m", "remote_runner.train", str(run_dir)]

@@ -90,7 +90,7 @@ def test_no_cxx_compiler_for_inductor():
 
 def test_torch_missing():
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", "import torch"], stderr=subprocess.PIPE,
-                          universal_newlines=True)
+                          text=True)
     found = classify(proc.returncode, proc.stderr, [])
     assert found.kind == "torch_missing"
     assert "No module named 'torch'" in found.message and "pip install torch" in found.hint
@@ -98,7 +98,7 @@ def test_torch_missing():
 
 def test_a_missing_torchvision_is_not_torch_missing():
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", "import torchvision"], stderr=subprocess.PIPE,
-                          universal_newlines=True)
+                          text=True)
     assert classify(proc.returncode, proc.stderr, []).kind == "unknown"
 
 
@@ -189,7 +189,7 @@ def test_our_own_precision_refusal():
 def test_exit_status_of_a_script_without_a_traceback():
     proc = subprocess.run([sys.executable, "-c", "import sys; print('loading'); "
                            "sys.exit('fatal: the dataset directory /data/imagenet does not exist')"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                          capture_output=True, text=True)
     found = classify(proc.returncode, proc.stderr + proc.stdout, [])
     assert found.kind == "unknown"
     assert found.message == "The run failed (exit code 1): fatal: the dataset directory /data/imagenet does not exist"
@@ -353,8 +353,7 @@ def test_live_torchrun_rank_failure(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
                            str(FIXTURES / "fail_rank1.py")],
-                          cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=240)
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
     found = classify(proc.returncode, proc.stderr, [])
     assert (found.kind, found.rank) == ("rank_died", 1)
     assert found.message == "Rank 1 raised ValueError: loss became NaN at step 17."
@@ -366,7 +365,6 @@ def test_live_torch_compile_without_a_compiler(tmp_path):
     script.write_text("import torch\n\n@torch.compile\ndef f(x):\n    return (x * 2).sin() + 1\n\nf(torch.randn(8))\n")
     env = dict(os.environ, CC="/nonexistent/gcc", CXX="/nonexistent/g++",
                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-cache"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=240)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0 and shutil.which("/nonexistent/g++") is None
     assert classify(proc.returncode, proc.stderr, []).kind == "compile_no_compiler"

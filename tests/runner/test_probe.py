@@ -10,8 +10,8 @@ import types
 
 import pytest
 import torch
-
 from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
+
 from remote_runner import probe as probe_module
 from remote_runner.probe import LOW_DISK_GIB, find_problems, gather_facts, parse_smi_summary, probe
 
@@ -85,7 +85,7 @@ def test_a_healthy_gpu_host_has_no_problems():
 
 def test_torch_missing_with_the_real_import_error():
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", "import torch"], stderr=subprocess.PIPE,
-                          universal_newlines=True)
+                          text=True)
     error = proc.stderr.strip().splitlines()[-1]  # ModuleNotFoundError: No module named 'torch'
     facts = dict(h100_host(), torch=None, torch_import_error=error)
     problem = the_problem(facts, "torch_missing")

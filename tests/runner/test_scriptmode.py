@@ -140,8 +140,8 @@ def _script_dir(tmp_path, source):
 
 def _run(argv, cwd):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, *argv], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    return subprocess.run([sys.executable, *argv], cwd=str(cwd), env=env, capture_output=True,
+                          text=True, timeout=60)
 
 
 def test_the_entry_runs_the_script_as_main_and_leaves_without_interpreter_teardown(tmp_path):

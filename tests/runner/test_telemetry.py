@@ -9,14 +9,20 @@ import time
 from pathlib import Path
 
 import pytest
+from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
 
 from remote_runner import telemetry
 from remote_runner.metrics import TELEMETRY
 from remote_runner.status import pid_alive
-from remote_runner.telemetry import (SMI_FIELDS, CpuSampler, Nvml, TelemetrySampler, choose_gpu_source,
-                                     parse_smi_line, smi_header_fields)
-
-from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
+from remote_runner.telemetry import (
+    SMI_FIELDS,
+    CpuSampler,
+    Nvml,
+    TelemetrySampler,
+    choose_gpu_source,
+    parse_smi_line,
+    smi_header_fields,
+)
 
 
 def load_capture(name):

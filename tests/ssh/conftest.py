@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
 from ddpgui.core.host_keys import KnownHosts
 from ddpgui.core.hosts import HostProfile, HostStore
 from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
-from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
 SSHD = "/usr/sbin/sshd"
 IS_ROOT = os.geteuid() == 0

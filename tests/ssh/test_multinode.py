@@ -13,6 +13,7 @@ import socket
 import sys
 
 import pytest
+from spools import host_records, wait_for
 
 from ddpgui.cli import main as cli_main
 from ddpgui.core.hosts import HostStore
@@ -24,7 +25,6 @@ from ddpgui.core.targets.base import TargetError
 from remote_runner import proctree
 from remote_runner.config import ConfigError
 from remote_runner.status import FINAL_STATES, read_status
-from spools import host_records, wait_for
 
 pytestmark = pytest.mark.slow
 

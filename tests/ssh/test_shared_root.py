@@ -10,13 +10,13 @@ import sys
 import threading
 
 import pytest
+from spools import assert_stored_as_on_host, host_records
 
 from ddpgui.core.adopt import adopt_runs
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner.status import read_status
-from spools import assert_stored_as_on_host, host_records
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,12 @@ import time
 import paramiko
 import pytest
 import secretstorage
+from secret_service import secret_service, secret_service_daemon  # noqa: F401
+from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
 from ddpgui.core import secrets
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.ssh import AuthenticationFailed, HostUnreachable, SSHConnection, SSHTarget
-from secret_service import secret_service, secret_service_daemon  # noqa: F401
-from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
 
 def _login(ssh_env, tmp_path, profile, **kwargs):

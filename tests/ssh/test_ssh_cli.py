@@ -4,6 +4,7 @@ import json
 import secrets as token
 
 import pytest
+from secrets_planted import KEYRING_PASSWORD
 
 from ddpgui.cli import main
 from ddpgui.core import secrets
@@ -12,7 +13,6 @@ from ddpgui.core.paths import config_dir
 from ddpgui.core.targets.factory import open_target
 from ddpgui.core.targets.local import LocalTarget
 from ddpgui.core.targets.ssh import SSHTarget
-from secrets_planted import KEYRING_PASSWORD
 
 
 class _Terminal(io.StringIO):

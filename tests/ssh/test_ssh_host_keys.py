@@ -4,8 +4,14 @@ import subprocess
 import paramiko
 import pytest
 
-from ddpgui.core.host_keys import (HostKeyChanged, HostKeyRejected, HostKeyUnknown, KnownHosts, fingerprint,
-                                   known_hosts_name)
+from ddpgui.core.host_keys import (
+    HostKeyChanged,
+    HostKeyRejected,
+    HostKeyUnknown,
+    KnownHosts,
+    fingerprint,
+    known_hosts_name,
+)
 
 
 def _ssh_keygen_fingerprint(pub) -> str:

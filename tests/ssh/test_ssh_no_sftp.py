@@ -13,6 +13,7 @@ import sys
 import threading
 
 import pytest
+from spools import host_records, wait_for
 
 from ddpgui.cli import main as cli
 from ddpgui.cli_hosts import format_probe
@@ -24,7 +25,6 @@ from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import ConnectionLost, TargetError
 from ddpgui.core.targets.ssh_files import NO_SFTP_NOTE
 from ddpgui.core.uploads import upload_dir
-from spools import host_records, wait_for
 
 SMALL = {"workload": "linear", "nproc_per_node": 2, "batch_size": 8, "dataset_size": 256, "log_every": 1,
          "telemetry_interval_s": 0.5}

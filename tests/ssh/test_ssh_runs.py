@@ -3,10 +3,10 @@ import getpass
 import sys
 
 import pytest
+from spools import host_records, wait_for
 
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
-from spools import host_records, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def test_twenty_dropped_links_lose_and_duplicate_nothing(ssh_env, ssh_manager):
         # Drop the link only once the follower is back and has stored records since the last drop:
         # every drop then cuts a live stream (not a reconnect still in progress, nor a finished run).
         before = stored_step()
-        if not wait_for(lambda: stored_step() > before, timeout=60) or stored_step() >= 3000:
+        if not wait_for(lambda before=before: stored_step() > before, timeout=60) or stored_step() >= 3000:
             break
         if ssh_env.server.drop_connections():
             drops += 1

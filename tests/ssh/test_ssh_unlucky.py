@@ -12,12 +12,12 @@ import signal
 import sys
 
 import pytest
+from small_disk import FILL_SCRIPT, small_tmpfs
+from spools import wait_for
 
 from ddpgui.core.manager import RunManager
 from ddpgui.core.store import RunStore
 from remote_runner.status import read_status
-from small_disk import FILL_SCRIPT, small_tmpfs
-from spools import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -4,6 +4,7 @@ import numpy as np
 import pypdf
 import pytest
 from PySide6.QtCore import QSettings
+from stored_runs import store_run
 
 from ddpgui.core import analysis
 from ddpgui.core.hosts import HostStore
@@ -11,8 +12,6 @@ from ddpgui.core.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.widgets.compare import EMPTY_TEXT, BarPlot, CompareView, ExportDialog
 from ddpgui.ui.workers import WorkerPool
-
-from stored_runs import store_run
 
 POINTS = 60
 #: (run id, processes, precision, throughput level): two repeats of 1× and 2× fp32, one 1× bf16.

@@ -4,14 +4,13 @@ import socket
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from stored_runs import put_spool
 
 from ddpgui.core.hosts import LOCAL, HostProfile
 from ddpgui.core.manager import RunUpdate
 from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
 from ddpgui.ui.widgets.runs_table import COLUMNS, RunsModel
-
-from stored_runs import put_spool
 
 T0 = 1_764_500_000.0
 

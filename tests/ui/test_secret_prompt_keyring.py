@@ -11,7 +11,6 @@ from ddpgui.core.targets.ssh import SecretRequest
 from ddpgui.ui.prompts import Prompts
 
 
-
 class ForgetfulKeyring(KeyringBackend):
     """Accepts every secret and keeps none (as a misconfigured third-party backend can)."""
 

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from secrets_planted import PLANTED
 
 from ddpgui.core.paths import config_dir, data_dir
-from secrets_planted import PLANTED
 
 
 def _files(*roots: Path) -> list[Path]:

@@ -114,7 +114,7 @@ class Target(ABC):
     def run_root(self) -> str:
         """The absolute directory on the host under which runners and runs live."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a no-op default, not an abstract method)
         """Release connections (nothing for a local target)."""
 
     def __enter__(self) -> Target:

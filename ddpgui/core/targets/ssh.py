@@ -156,7 +156,7 @@ class SSHConnection:
             raise HostUnreachable(f"{where} refused the connection",
                                   "check that sshd runs there and listens on this port (the profile's port)",
                                   field="port") from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise HostUnreachable(f"no answer from {where} within {self.connect_timeout:g} s",
                                   "the host may be down or a firewall may drop SSH; check the host name, port and VPN",
                                   field="hostname") from None

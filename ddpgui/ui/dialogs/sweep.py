@@ -2,13 +2,22 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QListWidget,
-                               QListWidgetItem, QSpinBox, QVBoxLayout)
-
-from remote_runner.config import COMPILE_MODES, PRECISIONS
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QSpinBox,
+    QVBoxLayout,
+)
 
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.sweeps import SweepError, SweepSpec, plan_sweep
+from remote_runner.config import COMPILE_MODES, PRECISIONS
 
 #: Checkable axes: (config field, title, choices).
 CHECK_AXES = (("compile", "Compile modes", COMPILE_MODES), ("precision", "Precisions", PRECISIONS))

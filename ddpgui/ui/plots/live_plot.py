@@ -196,7 +196,7 @@ class LivePlot(pg.PlotWidget):
             return
         point = item.vb.mapSceneToView(pos)
         parts = []
-        for key, (curve, buffer) in self.curves.items():
+        for curve, buffer in self.curves.values():
             if not curve.isVisible() or not len(buffer) or not curve.name():
                 continue
             i = min(len(buffer) - 1, int(buffer.x.searchsorted(point.x())))

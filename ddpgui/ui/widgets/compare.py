@@ -16,18 +16,37 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import (QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QDialog, QDialogButtonBox,
-                               QFileDialog, QFormLayout, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                               QListWidget, QListWidgetItem, QPushButton, QRadioButton, QSplitter, QStackedWidget,
-                               QTableView, QVBoxLayout, QWidget)
-
-from remote_runner.metrics import METRICS
-from remote_runner.status import FINAL_STATES
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QRadioButton,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ddpgui.core import analysis, figures, report
 from ddpgui.core.analysis import RUN_METRICS, Comparison, Estimate, GroupStats, Ratio, RunStats
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.store import RunStore, SweepRecord
+from remote_runner.metrics import METRICS
+from remote_runner.status import FINAL_STATES
 
 from ..plots.buffer import SeriesBuffer
 from ..plots.live_plot import LivePlot

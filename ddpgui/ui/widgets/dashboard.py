@@ -15,16 +15,28 @@ from dataclasses import dataclass, field
 import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QTextCursor
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-                               QPushButton, QSlider, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ddpgui.core.live import LiveRun, format_duration, format_rate
 from ddpgui.core.manager import RunUpdate
 from ddpgui.core.multinode import NodeState, node_states
 from ddpgui.core.store import RunNotFound, RunRecord, RunStore
 
-from ..plots.buffer import SeriesBuffer, SmoothedBuffer
 from ..nodes import node_line
+from ..plots.buffer import SeriesBuffer, SmoothedBuffer
 from ..plots.live_plot import PALETTE, LivePlot
 
 #: Redraw period: at most 20 Hz whatever the data rate.
@@ -537,10 +549,10 @@ class Dashboard(QWidget):
         item = self.device_plot.getPlotItem()
         item.setTitle(label or "Device")
         styles = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)
-        for r, trace in enumerate(self.traces.values()):
+        for trace in self.traces.values():
             many = len(self.traces) > 1
             # a multi-node run's curves are named by node: "node 1 GPU 0 …", "node 1 host CPU %"
-            key = (lambda node: f"{trace.run_id}:node{node}:") if trace.multinode else (lambda node: f"{trace.run_id}:")
+            key = (lambda node, t=trace: f"{t.run_id}:node{node}:") if trace.multinode else (lambda node, t=trace: f"{t.run_id}:")
             who = (lambda node: f"node {node} ") if trace.multinode else (lambda node: "")
             if label in DEVICE_METRICS:
                 metric = DEVICE_METRICS[label]
@@ -608,7 +620,7 @@ class Dashboard(QWidget):
             elif device:
                 self.device_plot.mark_dirty()
         if trace.run_id == self.run_id and update.node == trace.log_node and not trace.logs_loading:
-            for spool, data in update.logs.items():
+            for data in update.logs.values():
                 self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
         changed = False  # the run's state or message (not just its last step)
         if update.run is not None:

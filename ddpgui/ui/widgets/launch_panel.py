@@ -9,15 +9,35 @@ import shlex
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QSpinBox,
-                               QVBoxLayout, QWidget)
-
-from remote_runner.probe import precision_problems as probe_precision_problems
-from remote_runner.config import BACKENDS, COMPILE_MODES, OPTIMIZERS, PRECISIONS, WORKLOADS, ConfigError, config_from_dict
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ddpgui.core.errors import describe
 from ddpgui.core.multinode import max_processes
+from remote_runner.config import (
+    BACKENDS,
+    COMPILE_MODES,
+    OPTIMIZERS,
+    PRECISIONS,
+    WORKLOADS,
+    ConfigError,
+    config_from_dict,
+)
+from remote_runner.probe import precision_problems as probe_precision_problems
 
 SCRIPT = "my own script"
 LENGTH_UNITS = ("steps", "epochs", "minutes")
