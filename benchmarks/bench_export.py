@@ -17,7 +17,7 @@ TARGET_S = 2.0
 
 def make_store(path: Path, runs: int = RUNS, points: int = POINTS):
     """A store holding ``runs`` finished runs of ``points`` metric records each (2 settings × 5 repeats)."""
-    from ddpgui.core.protocol import Chunk
+    from ddpgui.core.runs.protocol import Chunk
     from ddpgui.core.store import RunStore
 
     store = RunStore(path)
@@ -41,7 +41,8 @@ def make_store(path: Path, runs: int = RUNS, points: int = POINTS):
 
 
 def run() -> list[Row]:
-    from ddpgui.core import analysis, figures
+    from ddpgui.core import analysis
+    from ddpgui.core.outputs import figures
 
     with tempfile.TemporaryDirectory() as tmp:
         store = make_store(Path(tmp) / "runs.sqlite3")

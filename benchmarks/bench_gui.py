@@ -86,7 +86,7 @@ def _repaint(app) -> list[Row]:
 
 def _feed(post, run_ids: list[str], rate: int, halt: threading.Event) -> None:
     """Each run gets ``rate`` metric + telemetry records per second, one update per run per tick."""
-    from ddpgui.core.manager import RunUpdate
+    from ddpgui.core.runs.manager import RunUpdate
 
     step, t0 = 0, time.time()
     while not halt.is_set():

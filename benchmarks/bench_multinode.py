@@ -19,9 +19,9 @@ CONFIG = {"workload": "linear", "steps": 20, "log_every": 1, "batch_size": 8, "d
 
 
 def _manager(root: Path, servers: list, keys: list):
-    from ddpgui.core.host_keys import KnownHosts
     from ddpgui.core.hosts import HostProfile, HostStore
-    from ddpgui.core.manager import RunManager
+    from ddpgui.core.runs.manager import RunManager
+    from ddpgui.core.ssh.known_hosts import KnownHosts
     from ddpgui.core.store import RunStore
     from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
 

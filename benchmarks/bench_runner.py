@@ -30,7 +30,7 @@ def _time_calls(fn, n: int) -> list[float]:
 
 
 def record_cost() -> list[Row]:
-    from remote_runner.metrics import SpoolWriter
+    from remote_runner.spools import SpoolWriter
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,7 +64,7 @@ def record_cost() -> list[Row]:
 
 
 def package_cost() -> list[Row]:
-    from ddpgui.core.package import build_bytes
+    from ddpgui.core.targets.zipapp import build_bytes
 
     times = []
     for _ in range(5):

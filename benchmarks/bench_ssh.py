@@ -37,9 +37,9 @@ def _start_sshd(root: Path, name: str = "bench", sftp: bool = True):
 
 
 def _manager(root: Path, server, key):
-    from ddpgui.core.host_keys import KnownHosts
     from ddpgui.core.hosts import HostProfile, HostStore
-    from ddpgui.core.manager import RunManager
+    from ddpgui.core.runs.manager import RunManager
+    from ddpgui.core.ssh.known_hosts import KnownHosts
     from ddpgui.core.store import RunStore
     from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
 
@@ -101,7 +101,7 @@ def launch_overhead(root: Path, manager, repeats: int = 3) -> list[Row]:
 
 def _writer(run_dirs: list[str], rate: float, seconds: float) -> None:
     """Appends records to each run's metrics spool at ``rate`` per second, like rank 0 does."""
-    from remote_runner.metrics import SpoolWriter
+    from remote_runner.spools import SpoolWriter
 
     writers = [SpoolWriter(os.path.join(d, "metrics.jsonl")) for d in run_dirs]
     n = int(rate * seconds)
@@ -159,7 +159,7 @@ def latency(root: Path, manager, store, runs: int = 8, rate: float = 100.0, seco
 
 
 def throughput(root: Path, manager, store, n: int = 300_000) -> list[Row]:
-    from remote_runner.metrics import SpoolWriter
+    from remote_runner.spools import SpoolWriter
 
     tmp = root / "spool.jsonl"
     with SpoolWriter(str(tmp)) as w:
@@ -182,8 +182,8 @@ def _spread(values: list[float]) -> str:
 
 def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int = 7) -> list[Row]:
     """Upload of one file over SFTP vs over the exec-channel fallback (an sshd without SFTP), interleaved."""
-    from ddpgui.core.host_keys import KnownHosts
     from ddpgui.core.hosts import HostProfile, HostStore
+    from ddpgui.core.ssh.known_hosts import KnownHosts
     from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
 
     plain, _ = _start_sshd(root, "nosftp", sftp=False)
@@ -234,7 +234,7 @@ def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int 
 
 def _tree_uploads(root: Path, targets: dict, repeats: int) -> dict[str, list[float]]:
     """Seconds to upload a fresh copy of a 200-file script directory (2 KiB each, 10 folders), interleaved."""
-    from ddpgui.core.uploads import upload_dir
+    from ddpgui.core.targets.uploads import upload_dir
 
     tree = root / "tree"
     for i in range(200):

@@ -30,7 +30,7 @@ def _lines(first: int, count: int) -> list[bytes]:
 
 
 def _chunks(first: int, count: int, per_chunk: int, offset: int = 0):
-    from ddpgui.core.protocol import Chunk
+    from ddpgui.core.runs.protocol import Chunk
 
     lines = _lines(first, count)
     for i in range(0, count, per_chunk):
@@ -40,7 +40,7 @@ def _chunks(first: int, count: int, per_chunk: int, offset: int = 0):
 
 
 def insert_throughput(store, n: int = 200_000, per_chunk: int = 500) -> list[Row]:
-    from ddpgui.core.protocol import parse_records
+    from ddpgui.core.runs.protocol import parse_records
 
     store.create_run("insert", hosts=["local"])
     chunks = list(_chunks(0, n, per_chunk))

@@ -119,7 +119,7 @@ def _create_run_dir(run_dir: str, config: bytes) -> Optional[int]:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """Every run directory under RUN_ROOT/runs: its path, config, reconciled status and spool sizes."""
-    from .metrics import SPOOLS
+    from .spools import SPOOLS
     from .status import CONFIG, this_host
     from .supervisor import reconcile
 

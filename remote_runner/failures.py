@@ -16,7 +16,7 @@ from typing import Optional
 
 from . import capabilities
 from .capabilities import MIN_TORCH
-from .metrics import STDERR, STDOUT
+from .spools import STDERR, STDOUT
 from .status import NO_SPACE, read_status
 
 #: How much of the end of each log is read.

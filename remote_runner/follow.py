@@ -21,7 +21,7 @@ import sys
 import time
 from typing import BinaryIO, Optional
 
-from .metrics import RECORD_SPOOLS, SPOOLS
+from .spools import RECORD_SPOOLS, SPOOLS
 from .status import FINAL_STATES, NO_SPACE, STATUS, read_status
 from .supervisor import reconcile
 

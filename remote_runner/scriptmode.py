@@ -28,8 +28,8 @@ import sys
 from re import Pattern
 from typing import Optional, Union
 
-from remote_runner.metrics import SpoolWriter
 from remote_runner.proctree import exit_without_finalizing
+from remote_runner.spools import SpoolWriter
 
 #: The hidden runner command each rank of a script-mode run starts with: ``_script ENTRY ARGS...``.
 SCRIPT_COMMAND = "_script"

@@ -17,8 +17,8 @@ from typing import Optional
 from . import proctree
 from .config import RunConfig, load_config
 from .failures import ATTEMPT_MARKER, diagnose
-from .metrics import EVENTS, FINAL_EVENTS, METRICS, STDERR, STDOUT, append_event, last_record
 from .scriptmode import SCRIPT_COMMAND
+from .spools import EVENTS, FINAL_EVENTS, METRICS, STDERR, STDOUT, append_event, last_record
 from .status import (
     CONFIG,
     FINAL_STATES,

@@ -16,8 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import IO, Callable, Optional
 
-from .metrics import TELEMETRY, SpoolWriter
 from .proctree import end_process
+from .spools import TELEMETRY, SpoolWriter
 
 #: The fields the nvidia-smi fallback asks for, in the order its lines carry them.
 SMI_FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "power.draw",

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from remote_runner.capabilities import peak_tflops, precision_problem, resolve_backend, resolve_device
 from remote_runner.config import ConfigError, RunConfig, load_config
-from remote_runner.metrics import METRICS, SpoolWriter, append_event
+from remote_runner.spools import METRICS, SpoolWriter, append_event
 from remote_runner.status import CONFIG, atomic_write
 from remote_runner.workloads import Workload, build_workload
 

@@ -1,58 +1,214 @@
-"""The direction of dependency (GUIDE §2) and the runner's Python 3.9 grammar."""
+"""The layout keeps its architecture (GUIDE §2): the direction of dependency, no import cycles, small modules.
+
+Every import counts: absolute and relative, at module level and inside functions (an import inside a function
+is how a cycle hides). The walk resolves each one to a project module, so ``from ..ui import x`` in the core
+is seen as ``ddpgui.ui.x``. ``test_the_checks_catch_*`` plant violations in a copy of a tree and prove the
+checks see them, so the checks above them can fail.
+"""
+from __future__ import annotations
+
 import ast
+import shutil
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ddpgui", "remote_runner")
 QT = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6")
+MAX_LINES = 500
+# The command modules of the CLI: each registers its own commands and imports only the shared cli modules.
+CLI_SHARED = {"ddpgui.cli", "ddpgui.cli.common", "ddpgui.cli.options", "ddpgui.cli.prompts", "ddpgui.cli.render"}
 
 
-def _imports(path: Path) -> set[str]:
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the project's packages under *root*, by dotted name."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            found[_module_name(root, path)] = path
+    assert found, f"no Python files under {root}"
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """What module *name* (at *path*) imports, resolved: project modules by dotted name, others by their top."""
+    is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    names = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+            for alias in node.names:
+                found.add(_deepest(alias.name, known))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:  # `from pkg import sub` imports the module pkg.sub
+                sub = f"{module}.{alias.name}"
+                found.add(sub if sub in known else _deepest(module, known))
+    found.discard(name)
+    return found
 
 
-def _py_files(*parts: str) -> list[Path]:
-    files = sorted((ROOT.joinpath(*parts)).rglob("*.py"))
-    assert files, f"no Python files under {'/'.join(parts)}"
-    return files
+def _deepest(dotted: str, known: dict[str, Path]) -> str:
+    parts = dotted.split(".")
+    while parts and ".".join(parts) not in known:
+        parts.pop()
+    return ".".join(parts) if parts else dotted.split(".")[0]
 
 
-@pytest.mark.parametrize("package", [("ddpgui", "core"), ("remote_runner",)], ids=["ddpgui.core", "remote_runner"])
-def test_no_qt_below_the_ui(package):
-    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in _py_files(*package) for name in _imports(path)
-                 if name.split(".")[0] in QT]
-    assert offenders == []
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    known = modules(root)
+    return {name: imports(name, path, known) for name, path in known.items()}
 
 
-def test_runner_never_imports_ddpgui():
-    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in _py_files("remote_runner") for name in _imports(path)
-                 if name.split(".")[0] == "ddpgui"]
-    assert offenders == []
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in edges:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
 
 
-def test_core_never_imports_ui():
-    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in _py_files("ddpgui", "core")
-                 for name in _imports(path) if name.startswith("ddpgui.ui")]
-    assert offenders == []
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    """Imports against the direction of dependency, as 'importer -> imported'."""
+    bad = []
+    for name, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            top = target.split(".")[0]
+            rule = None
+            if name.startswith("remote_runner") and top == "ddpgui":
+                rule = "the runner never imports ddpgui"
+            elif (name.startswith(("ddpgui.core", "remote_runner")) or name.startswith("ddpgui.cli")) and top in QT:
+                rule = "Qt only in ddpgui.ui"
+            elif name.startswith("ddpgui.core") and target.startswith(("ddpgui.ui", "ddpgui.cli")):
+                rule = "the core never imports the app or the CLI"
+            elif name.startswith("ddpgui.cli") and target.startswith("ddpgui.ui"):
+                rule = "the CLI never imports the app"
+            elif (name.startswith("ddpgui.cli.") and name not in CLI_SHARED and target.startswith("ddpgui.cli")
+                  and target not in CLI_SHARED):
+                rule = "CLI command modules never import each other"
+            if rule:
+                bad.append(f"{name} -> {target} ({rule})")
+    return bad
 
 
-@pytest.mark.parametrize("path", _py_files("remote_runner"), ids=lambda p: p.name)
+def too_long(root: Path = ROOT) -> list[str]:
+    out = []
+    for name, path in modules(root).items():
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES:
+            out.append(f"{name}: {lines} lines")
+    return out
+
+
+def test_the_direction_of_dependency():
+    assert violations(graph()) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_no_module_over_500_lines():
+    assert too_long() == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "remote_runner").rglob("*.py")), ids=lambda p: p.name)
 def test_runner_parses_with_python39_grammar(path):
     ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 9))
 
 
-def test_the_checks_catch_a_violation(tmp_path):
-    """The AST walk does see a Qt import and 3.10-only syntax (so the tests above can fail)."""
-    bad = tmp_path / "bad.py"
-    bad.write_text("from PySide6 import QtCore\nmatch x:\n    case 1:\n        pass\n")
-    assert "PySide6" in _imports(bad)
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """A copy of the project's packages to plant violations in."""
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _plant(tree: Path, module: str, line: str, *, in_function: bool = False) -> None:
+    path = modules(tree)[module]
+    text = f"\n\ndef _planted():\n    {line}\n" if in_function else f"\n{line}\n"
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def test_the_checks_pass_on_an_untouched_copy(tree):
+    assert violations(graph(tree)) == [] and cycles(graph(tree)) == []
+
+
+def test_the_checks_catch_a_relative_ui_import_in_the_core(tree):
+    _plant(tree, "ddpgui.core.errors", "from ..ui import app")
+    assert violations(graph(tree)) == ["ddpgui.core.errors -> ddpgui.ui.app (the core never imports the app or the CLI)"]
+
+
+def test_the_checks_catch_qt_and_ddpgui_in_the_runner(tree):
+    _plant(tree, "remote_runner.follow", "import PySide6.QtCore", in_function=True)
+    _plant(tree, "remote_runner.probe", "from ddpgui.core import errors")
+    assert violations(graph(tree)) == [
+        "remote_runner.follow -> PySide6 (Qt only in ddpgui.ui)",
+        "remote_runner.probe -> ddpgui.core.errors (the runner never imports ddpgui)",
+    ]
+
+
+def test_the_checks_catch_a_cycle_made_by_an_import_inside_a_function(tree):
+    edges = graph(tree)
+    importer = next(name for name, targets in sorted(edges.items()) if "ddpgui.core.errors" in targets)
+    _plant(tree, "ddpgui.core.errors", f"import {importer}", in_function=True)
+    assert ["ddpgui.core.errors", importer] in [sorted(c)[:2] if len(c) == 2 else c for c in cycles(graph(tree))]
+
+
+def test_the_checks_catch_one_cli_command_module_importing_another(tree):
+    _plant(tree, "ddpgui.cli.compare", "from . import sweeps", in_function=True)
+    assert "ddpgui.cli.compare -> ddpgui.cli.sweeps (CLI command modules never import each other)" in \
+        violations(graph(tree))
+
+
+def test_the_checks_catch_a_long_module(tree):
+    _plant(tree, "ddpgui.core.errors", "\n" * MAX_LINES)
+    assert [line.split(":")[0] for line in too_long(tree)] == ["ddpgui.core.errors"]
+
+
+def test_the_checks_catch_3_10_syntax():
     with pytest.raises(SyntaxError):
-        ast.parse(bad.read_text(), feature_version=(3, 9))
+        ast.parse("match x:\n    case 1:\n        pass\n", feature_version=(3, 9))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 
 
 class GuiRelay(QObject):

@@ -19,12 +19,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core.host_keys import HostKeyChanged, KnownHosts
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager, RunUpdate
+from ddpgui.core.runs.manager import RunManager, RunUpdate
+from ddpgui.core.ssh.known_hosts import HostKeyChanged, KnownHosts
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
-from ddpgui.core.uploads import collected_skips
+from ddpgui.core.targets.uploads import collected_skips
 
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
@@ -293,7 +293,7 @@ class MainWindow(QMainWindow):
         elif action == "export":
             folder = QFileDialog.getExistingDirectory(self, "Export runs as CSV")
             if folder:
-                from ddpgui.core.export import export_csv
+                from ddpgui.core.outputs.points import export_csv
 
                 self.workers.start(export_csv, self.store, run_ids, Path(folder),
                                    on_return=lambda paths: self.statusBar().showMessage(
@@ -374,7 +374,7 @@ class MainWindow(QMainWindow):
 
     def check_idle_hosts(self) -> None:
         """Timer: on a worker, find priced hosts idle past the limit; remind once per idle period."""
-        from ddpgui.core.reminders import idle_priced_hosts
+        from ddpgui.core.runs.reminders import idle_priced_hosts
 
         def remind(idle: list) -> None:
             for host in idle:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ddpgui.core.manager import RunManager
-from ddpgui.core.multinode import NodeState
-from ddpgui.core.uploads import collected_skips
+from ddpgui.core.runs.manager import RunManager
+from ddpgui.core.runs.multinode import NodeState
+from ddpgui.core.targets.uploads import collected_skips
 
 
 def launch_on_nodes(manager: RunManager, hosts: list[str], settings: dict,

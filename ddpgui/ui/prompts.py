@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
-from ddpgui.core import secrets
-from ddpgui.core.host_keys import HostKeyInfo
+from ddpgui.core.hosts import secrets
+from ddpgui.core.ssh.known_hosts import HostKeyInfo
 from ddpgui.core.targets.ssh import SecretRequest
 
 from .dialogs.host_key import UnknownHostKeyDialog

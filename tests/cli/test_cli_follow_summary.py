@@ -3,9 +3,9 @@ import json
 import os
 
 import pytest
-from cli_process import start_cli
+from helpers.cli_process import start_cli
 
-from ddpgui.core.live import format_duration
+from ddpgui.core.runs.live import format_duration
 from ddpgui.core.store import RunStore
 
 

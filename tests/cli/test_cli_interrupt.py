@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 import pytest
-from cli_process import run_cli, start_cli
-from spools import wait_for
+from helpers.cli_process import run_cli, start_cli
+from helpers.spools import wait_for
 
 from ddpgui.core.store import RunStore
 
@@ -112,7 +112,7 @@ def test_ctrl_c_inside_the_sweep_threads_start_still_detaches_cleanly(tmp_path, 
     import threading
 
     from ddpgui.core.hosts import HostStore
-    from ddpgui.core.manager import RunManager
+    from ddpgui.core.runs.manager import RunManager
     from ddpgui.core.sweeps import SweepRunner, SweepSpec
     from ddpgui.core.targets.factory import open_target
 

@@ -6,9 +6,9 @@ import sys
 import threading
 
 import pytest
-from cli_process import cli_env, run_cli
+from helpers.cli_process import cli_env, run_cli
 
-from ddpgui.cli_output import terminal_text
+from ddpgui.cli.output import terminal_text
 from ddpgui.core.store import RunStore, SweepRecord
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

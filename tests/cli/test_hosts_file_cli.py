@@ -54,7 +54,7 @@ def test_parallel_edits_and_removes_lose_nothing(tmp_path):
 _ADD_KEY = """
 import sys, paramiko
 from pathlib import Path
-from ddpgui.core.host_keys import KnownHosts
+from ddpgui.core.ssh.known_hosts import KnownHosts
 key = paramiko.Ed25519Key.from_private_key_file(sys.argv[2])
 KnownHosts(shared_files=[], app_file=Path(sys.argv[1])).add(sys.argv[3], 22, key)
 """

@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from spools import assert_stored_as_on_host, wait_for
+from helpers.spools import assert_stored_as_on_host, wait_for
 
-from ddpgui.core.adopt import adopt_runs
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.adopt import adopt_runs
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
 

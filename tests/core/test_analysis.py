@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from stored_runs import constant_run, store_run
+from helpers.stored_runs import constant_run, store_run
 
 from ddpgui.core import analysis
 from ddpgui.core.analysis import (

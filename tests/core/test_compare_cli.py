@@ -9,7 +9,7 @@ import pytest
 
 from ddpgui.cli import main
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
 
@@ -108,7 +108,7 @@ def test_compare_refuses_bad_requests(app_data, tmp_path, capsys):
 
 
 def test_compare_a_sweep_takes_its_finished_runs(tmp_path, monkeypatch, capsys):
-    from stored_runs import constant_run
+    from helpers.stored_runs import constant_run
 
     from ddpgui.core.store import SweepCell, SweepRecord
 

@@ -12,14 +12,14 @@ import sys
 import time
 
 import pytest
-from cli_process import REPO, run_cli
-from small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
-from spools import wait_for
+from helpers.cli_process import REPO, run_cli
+from helpers.small_disk import FILL_SCRIPT, fill, free_bytes, small_tmpfs
+from helpers.spools import wait_for
 
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import CommandResult, Target
 from ddpgui.core.targets.local import LocalTarget
-from remote_runner.metrics import EVENTS
+from remote_runner.spools import EVENTS
 from remote_runner.status import RESERVE, read_status, write_status
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def test_the_runner_records_an_end_with_not_a_byte_left(disk):
     """No reserve left, the disk at 0 bytes free: status.json cannot be replaced by rename, the supervisor is
     gone.  ``status`` and ``stop`` still end the run with the disk-full reason, once, and print JSON."""
     target = LocalTarget("local", run_root=str(disk / "root"))
-    target.deploy(__import__("ddpgui.core.package", fromlist=["build_runner"]).build_runner())
+    target.deploy(__import__("ddpgui.core.targets.zipapp", fromlist=["build_runner"]).build_runner())
     run_dir = disk / "root" / "runs" / "r-full"
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text("{}")

@@ -3,7 +3,7 @@ import csv
 import json
 
 from ddpgui.cli import main
-from ddpgui.core.protocol import Chunk
+from ddpgui.core.runs.protocol import Chunk
 from ddpgui.core.store import RunStore
 
 METRICS = [{"seq": i, "t": 100.0 + i / 4, "step": i + 1, "phase": "train", "loss": None if i == 3 else 2.0 / (i + 1),

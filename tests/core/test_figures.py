@@ -4,11 +4,12 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pypdf
 import pytest
+from helpers.stored_runs import store_run
 from PIL import Image
-from stored_runs import store_run
 
-from ddpgui.core import analysis, figures
-from ddpgui.core.figures import envelope
+from ddpgui.core import analysis
+from ddpgui.core.outputs import figures
+from ddpgui.core.outputs.figures import envelope
 from ddpgui.core.store import RunStore
 
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "driver": "550.54.15", "cuda": "12.4", "torch": "2.5.1"}

@@ -6,9 +6,8 @@ import subprocess
 import keyring
 import keyring.backends.fail
 import pytest
-from secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
+from helpers.secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 
-from ddpgui.core import secrets
 from ddpgui.core.hosts import (
     LOCAL,
     HostError,
@@ -20,6 +19,7 @@ from ddpgui.core.hosts import (
     key_is_encrypted,
     load_private_key,
     parse_hop,
+    secrets,
 )
 from ddpgui.core.paths import config_dir
 

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from spools import host_records, wait_for
+from helpers.spools import host_records, wait_for
 
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import zipfile
 
-from ddpgui.core.package import build_bytes, build_runner
+from ddpgui.core.targets.zipapp import build_bytes, build_runner
 
 
 def test_same_sources_give_same_bytes(tmp_path):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ddpgui.core.protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError, parse_records
+from ddpgui.core.runs.protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError, parse_records
 
 
 def _frame(spool, start, data):

@@ -2,7 +2,7 @@
 import pytest
 
 from ddpgui.core.hosts import HostProfile
-from ddpgui.core.reminders import idle_priced_hosts
+from ddpgui.core.runs.reminders import idle_priced_hosts
 from ddpgui.core.store import RunStore
 
 NOW = 1_764_500_000.0

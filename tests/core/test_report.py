@@ -8,11 +8,12 @@ import subprocess
 
 import numpy as np
 import pytest
-from stored_runs import constant_run, store_run
+from helpers.stored_runs import constant_run, store_run
 
-from ddpgui.core import analysis, report
-from ddpgui.core.export import ID_KEYS
-from ddpgui.core.report import BundleError, format_pm, import_bundle, tex_escape, write_bundle
+from ddpgui.core import analysis
+from ddpgui.core.outputs import report
+from ddpgui.core.outputs.points import ID_KEYS
+from ddpgui.core.outputs.report import BundleError, format_pm, import_bundle, tex_escape, write_bundle
 from ddpgui.core.store import RunStore
 
 BASE = {"workload": "mlp", "nproc_per_node": 1, "compile": "off", "precision": "fp32", "steps": 10}
@@ -29,7 +30,7 @@ def _run_with_everything(store, run_id, rate, config, state="finished"):
               {"event": "warmup_done", "step": 2, "t": 52.0}, {"event": "finished", "t": 71.0}]
     store_run(store, run_id, config, metrics, telemetry, events, environment={"gpu": "H100", "torch": "2.5"},
               state=state)
-    from ddpgui.core.protocol import Chunk
+    from ddpgui.core.runs.protocol import Chunk
 
     for spool, text in (("stdout.log", b"step 1\nstep 2\n"), ("stderr.log", b"\xff\xfebinary warning\n")):
         store.store_chunk(run_id, 0, Chunk(spool, 0, len(text), text))

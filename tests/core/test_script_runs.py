@@ -7,8 +7,8 @@ import pytest
 
 from ddpgui.cli import main as cli_main
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.live import LiveRun, progress_line
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.live import LiveRun, progress_line
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
 

@@ -4,13 +4,12 @@ import keyring.backends.fail
 import keyring.backends.null
 import pytest
 import secretstorage
+from helpers.secret_service import secret_service, secret_service_daemon  # noqa: F401
+from helpers.secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 from keyring.backend import KeyringBackend
 from keyring.errors import KeyringLocked
-from secret_service import secret_service, secret_service_daemon  # noqa: F401
-from secrets_planted import KEYRING_PASSPHRASE, KEYRING_PASSWORD
 
-from ddpgui.core import secrets
-from ddpgui.core.hosts import HostProfile, HostStore
+from ddpgui.core.hosts import HostProfile, HostStore, secrets
 
 
 def _in_secret_service(username: str) -> list[str]:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpgui.core import store as store_module
-from ddpgui.core.protocol import Chunk
+from ddpgui.core.runs.protocol import Chunk
 from ddpgui.core.store import COMPACT_AFTER, RunNotFound, RunStore, StoreCorruptError, StoreGapError, StoreVersionError
 
 METRICS, TELEMETRY, EVENTS = "metrics.jsonl", "telemetry.jsonl", "events.jsonl"
@@ -83,7 +83,7 @@ def test_a_killed_writer_leaves_records_and_offset_consistent(tmp_path):
     with RunStore(path) as s:
         s.create_run("r1")
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        from ddpgui.core.protocol import Chunk
+        from ddpgui.core.runs.protocol import Chunk
         from ddpgui.core.store import RunStore
         data = open({str(spool)!r}, "rb").read()
         store, start = RunStore({str(path)!r}), 0

@@ -8,11 +8,11 @@ import sys
 import time
 
 import pytest
-from spools import wait_for
+from helpers.spools import wait_for
 
 from ddpgui.core import store as store_module
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore, SweepCell, SweepRecord
 from ddpgui.core.sweeps import SweepError, SweepRunner, SweepSpec, plan_sweep
 from ddpgui.core.targets.factory import open_target

@@ -15,8 +15,8 @@ import sys
 import textwrap
 
 import pytest
-from cli_process import REPO, cli_env, run_cli
-from spools import wait_for
+from helpers.cli_process import REPO, cli_env, run_cli
+from helpers.spools import wait_for
 
 from ddpgui.core.store import RunStore
 from remote_runner.status import read_status

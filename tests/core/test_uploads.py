@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddpgui.core.targets.local import LocalTarget
-from ddpgui.core.uploads import MANIFEST, default_remote_dir, scan, upload_dir, upload_script_dir
+from ddpgui.core.targets.uploads import MANIFEST, default_remote_dir, scan, upload_dir, upload_script_dir
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from remote_runner.capabilities import BackendError, precision_problem, resolve_backend
 from remote_runner.config import ConfigError, config_from_dict
 from remote_runner.failures import ATTEMPT_MARKER, Diagnosis, classify, diagnose, needs_gpu_hint
-from remote_runner.metrics import STDERR, STDOUT
+from remote_runner.spools import STDERR, STDOUT
 from remote_runner.status import write_status
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "failures"

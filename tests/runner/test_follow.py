@@ -6,8 +6,8 @@ import sys
 import threading
 import time
 
-from ddpgui.core.protocol import Chunk, End, FollowDecoder, Heartbeat, parse_records
-from remote_runner.metrics import SpoolWriter
+from ddpgui.core.runs.protocol import Chunk, End, FollowDecoder, Heartbeat, parse_records
+from remote_runner.spools import SpoolWriter
 from remote_runner.status import write_status
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,13 +8,13 @@ import sys
 import venv
 
 import pytest
-from spools import wait_for
+from helpers.spools import wait_for
 
-from ddpgui.core.package import build_runner
-from ddpgui.core.protocol import Chunk, End, parse_records
-from ddpgui.core.runs import make_config, start_run
+from ddpgui.core.runs.config import make_config, start_run
+from ddpgui.core.runs.protocol import Chunk, End, parse_records
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.local import LocalTarget
+from ddpgui.core.targets.zipapp import build_runner
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 
-from ddpgui.core.protocol import Chunk, End, FollowDecoder
+from ddpgui.core.runs.protocol import Chunk, End, FollowDecoder
 from ddpgui.core.store import RunStore
 from remote_runner.follow import MAX_CHUNK
-from remote_runner.metrics import EVENTS, METRICS, SpoolWriter, append_event, last_seq
+from remote_runner.spools import EVENTS, METRICS, SpoolWriter, append_event, last_seq
 from remote_runner.status import write_status
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

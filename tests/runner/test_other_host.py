@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from ddpgui.core.package import build_runner
-from ddpgui.core.protocol import End
-from ddpgui.core.runs import make_config, start_run
+from ddpgui.core.runs.config import make_config, start_run
+from ddpgui.core.runs.protocol import End
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.local import LocalTarget
+from ddpgui.core.targets.zipapp import build_runner
 from remote_runner.status import read_status, write_status
 
 pytestmark = pytest.mark.slow

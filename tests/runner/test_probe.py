@@ -10,7 +10,7 @@ import types
 
 import pytest
 import torch
-from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
+from helpers.gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
 
 from remote_runner import probe as probe_module
 from remote_runner.probe import LOW_DISK_GIB, find_problems, gather_facts, parse_smi_summary, probe

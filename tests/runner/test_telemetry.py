@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
+from helpers.gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
 
 from remote_runner import telemetry
-from remote_runner.metrics import TELEMETRY
+from remote_runner.spools import TELEMETRY
 from remote_runner.status import pid_alive
 from remote_runner.telemetry import (
     SMI_FIELDS,

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
+from helpers.secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
-from ddpgui.core.host_keys import KnownHosts
 from ddpgui.core.hosts import HostProfile, HostStore
+from ddpgui.core.ssh.known_hosts import KnownHosts
 from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
 
 SSHD = "/usr/sbin/sshd"

@@ -13,13 +13,13 @@ import socket
 import sys
 
 import pytest
-from spools import host_records, wait_for
+from helpers.spools import host_records, wait_for
 
 from ddpgui.cli import main as cli_main
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager
-from ddpgui.core.multinode import node_states
 from ddpgui.core.paths import config_dir
+from ddpgui.core.runs.manager import RunManager
+from ddpgui.core.runs.multinode import node_states
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner import proctree

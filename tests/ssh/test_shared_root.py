@@ -10,10 +10,10 @@ import sys
 import threading
 
 import pytest
-from spools import assert_stored_as_on_host, host_records
+from helpers.spools import assert_stored_as_on_host, host_records
 
-from ddpgui.core.adopt import adopt_runs
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.adopt import adopt_runs
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner.status import read_status

@@ -8,10 +8,10 @@ import time
 import paramiko
 import pytest
 import secretstorage
-from secret_service import secret_service, secret_service_daemon  # noqa: F401
-from secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
+from helpers.secret_service import secret_service, secret_service_daemon  # noqa: F401
+from helpers.secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
-from ddpgui.core import secrets
+from ddpgui.core.hosts import secrets
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.ssh import AuthenticationFailed, HostUnreachable, SSHConnection, SSHTarget
 
@@ -174,7 +174,7 @@ def password_server(ssh_env, tmp_path):
     ssh_env.account.password = ACCOUNT_PASSWORD
     known = tmp_path / "pw_known_hosts"
     known.write_text(f"[127.0.0.1]:{port} ssh-ed25519 {host_key.get_base64()}\n")
-    from ddpgui.core.host_keys import KnownHosts
+    from ddpgui.core.ssh.known_hosts import KnownHosts
 
     yield "127.0.0.1", port, KnownHosts(shared_files=[known], app_file=tmp_path / "app_known")
     ssh_env.account.password = None

@@ -4,11 +4,10 @@ import json
 import secrets as token
 
 import pytest
-from secrets_planted import KEYRING_PASSWORD
+from helpers.secrets_planted import KEYRING_PASSWORD
 
 from ddpgui.cli import main
-from ddpgui.core import secrets
-from ddpgui.core.hosts import HostStore
+from ddpgui.core.hosts import HostStore, secrets
 from ddpgui.core.paths import config_dir
 from ddpgui.core.targets.factory import open_target
 from ddpgui.core.targets.local import LocalTarget

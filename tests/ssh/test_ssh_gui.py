@@ -7,8 +7,8 @@ import pytest
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QLabel
 
-from ddpgui.core.host_keys import KnownHosts
 from ddpgui.core.hosts import HostStore
+from ddpgui.core.ssh.known_hosts import KnownHosts
 from ddpgui.core.store import RunStore
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ import subprocess
 import paramiko
 import pytest
 
-from ddpgui.core.host_keys import (
+from ddpgui.core.ssh.known_hosts import (
     HostKeyChanged,
     HostKeyRejected,
     HostKeyUnknown,

@@ -8,7 +8,7 @@ import posixpath
 
 import pytest
 
-from ddpgui.core.uploads import upload_dir
+from ddpgui.core.targets.uploads import upload_dir
 
 
 @pytest.fixture

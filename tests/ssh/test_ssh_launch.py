@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from ddpgui.core.package import build_runner
-from ddpgui.core.protocol import Chunk, End, parse_records
+from ddpgui.core.runs.protocol import Chunk, End, parse_records
 from ddpgui.core.targets.base import ConnectionLost
+from ddpgui.core.targets.zipapp import build_runner
 from remote_runner.config import RunConfig
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ import sys
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 
 pytestmark = pytest.mark.slow

@@ -13,18 +13,18 @@ import sys
 import threading
 
 import pytest
-from spools import host_records, wait_for
+from helpers.spools import host_records, wait_for
 
 from ddpgui.cli import main as cli
-from ddpgui.cli_hosts import format_probe
+from ddpgui.cli.hosts import format_probe
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunManager
-from ddpgui.core.package import build_runner
 from ddpgui.core.paths import config_dir
+from ddpgui.core.runs.manager import RunManager
+from ddpgui.core.ssh.files import NO_SFTP_NOTE
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import ConnectionLost, TargetError
-from ddpgui.core.targets.ssh_files import NO_SFTP_NOTE
-from ddpgui.core.uploads import upload_dir
+from ddpgui.core.targets.uploads import upload_dir
+from ddpgui.core.targets.zipapp import build_runner
 
 SMALL = {"workload": "linear", "nproc_per_node": 2, "batch_size": 8, "dataset_size": 256, "log_every": 1,
          "telemetry_interval_s": 0.5}

@@ -3,9 +3,9 @@ import getpass
 import sys
 
 import pytest
-from spools import host_records, wait_for
+from helpers.spools import host_records, wait_for
 
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from ddpgui.core.package import build_runner
 from ddpgui.core.targets.base import ConnectionLost, TargetError
 from ddpgui.core.targets.ssh import CommandTimeout
+from ddpgui.core.targets.zipapp import build_runner
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import signal
 import sys
 
 import pytest
-from small_disk import FILL_SCRIPT, small_tmpfs
-from spools import wait_for
+from helpers.small_disk import FILL_SCRIPT, small_tmpfs
+from helpers.spools import wait_for
 
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from remote_runner.status import read_status
 

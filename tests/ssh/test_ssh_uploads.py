@@ -1,7 +1,7 @@
 """The user's script directory uploaded over SSH: skips, progress, and only what changed the next time."""
 import posixpath
 
-from ddpgui.core.uploads import MANIFEST, upload_dir
+from ddpgui.core.targets.uploads import MANIFEST, upload_dir
 
 
 def test_script_dir_upload_over_ssh(ssh_env, tmp_path):

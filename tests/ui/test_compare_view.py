@@ -3,12 +3,12 @@
 import numpy as np
 import pypdf
 import pytest
+from helpers.stored_runs import store_run
 from PySide6.QtCore import QSettings
-from stored_runs import store_run
 
 from ddpgui.core import analysis
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.manager import RunUpdate
+from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.widgets.compare import EMPTY_TEXT, BarPlot, CompareView, ExportDialog
 from ddpgui.ui.workers import WorkerPool

@@ -4,9 +4,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pyqtgraph as pg
 import pytest
-from stored_runs import put_spool
+from helpers.stored_runs import put_spool
 
-from ddpgui.core.manager import RunUpdate
+from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
 from ddpgui.ui.workers import WorkerPool

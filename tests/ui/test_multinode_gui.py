@@ -3,11 +3,11 @@ import socket
 
 import numpy as np
 import pytest
+from helpers.stored_runs import put_spool
 from PySide6.QtCore import Qt
-from stored_runs import put_spool
 
 from ddpgui.core.hosts import LOCAL, HostProfile
-from ddpgui.core.manager import RunUpdate
+from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
 from ddpgui.ui.widgets.runs_table import COLUMNS, RunsModel

@@ -6,7 +6,7 @@ import keyring.backends.null
 from keyring.backend import KeyringBackend
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from ddpgui.core import secrets
+from ddpgui.core.hosts import secrets
 from ddpgui.core.targets.ssh import SecretRequest
 from ddpgui.ui.prompts import Prompts
 

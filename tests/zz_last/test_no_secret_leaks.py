@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from secrets_planted import PLANTED
+from helpers.secrets_planted import PLANTED
 
 from ddpgui.core.paths import config_dir, data_dir
 

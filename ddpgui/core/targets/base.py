@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from remote_runner.config import RunConfig
 from remote_runner.failures import DISK_FULL_HINT, NO_SPACE_PATH, NO_SPACE_TEXT
 
-from ..package import RunnerPackage
-from ..protocol import End, FollowDecoder, Message
+from ..runs.protocol import End, FollowDecoder, Message
+from .zipapp import RunnerPackage
 
 #: Seconds without any byte from ``follow`` (it sends a heartbeat every second) before the link counts as dead.
 FOLLOW_SILENCE_S = 5.0

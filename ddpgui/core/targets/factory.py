@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..host_keys import ConfirmHostKey, KnownHosts
 from ..hosts import HostStore
+from ..ssh.known_hosts import ConfirmHostKey, KnownHosts
 from .base import Target
 from .local import LocalTarget
 from .ssh import AskSecret, SSHConnection, SSHTarget

@@ -21,12 +21,11 @@ from collections.abc import Callable
 
 import paramiko
 
-from .. import secrets
-from ..host_keys import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts
-from ..hosts import Hop, HostProfile
-from . import ssh_files
+from ..hosts import Hop, HostProfile, secrets
+from ..ssh import files as ssh_files
+from ..ssh.auth import AskSecret, AuthenticationFailed, HopAuth, SecretRequest
+from ..ssh.known_hosts import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts
 from .base import CommandResult, ConnectionLost, Stream, Target, TargetError
-from .ssh_auth import AskSecret, AuthenticationFailed, HopAuth, SecretRequest
 
 __all__ = ["AskSecret", "AuthenticationFailed", "CommandTimeout", "HostUnreachable", "SFTPUnavailable",
            "SSHConnection", "SSHTarget", "SecretRequest"]

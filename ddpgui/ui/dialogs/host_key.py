@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout
 
-from ddpgui.core.host_keys import HostKeyInfo
+from ddpgui.core.ssh.known_hosts import HostKeyInfo
 
 
 class UnknownHostKeyDialog(QDialog):

@@ -3,7 +3,7 @@
 Statistics, curves and exports are computed on worker threads (:func:`compute_comparison`,
 :func:`export_comparison`); the GUI thread only draws what they return.  The numbers are
 those of :mod:`ddpgui.core.analysis` (docs/ANALYSIS.md), the exported files those of
-:mod:`ddpgui.core.figures` and :mod:`ddpgui.core.report`.
+:mod:`ddpgui.core.outputs.figures` and :mod:`ddpgui.core.outputs.report`.
 """
 from __future__ import annotations
 
@@ -41,11 +41,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core import analysis, figures, report
+from ddpgui.core import analysis
 from ddpgui.core.analysis import RUN_METRICS, Comparison, Estimate, GroupStats, Ratio, RunStats
 from ddpgui.core.hosts import HostStore
+from ddpgui.core.outputs import figures, report
 from ddpgui.core.store import RunStore, SweepRecord
-from remote_runner.metrics import METRICS
+from remote_runner.spools import METRICS
 from remote_runner.status import FINAL_STATES
 
 from ..plots.buffer import SeriesBuffer

@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core.live import LiveRun, format_duration, format_rate
-from ddpgui.core.manager import RunUpdate
-from ddpgui.core.multinode import NodeState, node_states
+from ddpgui.core.runs.live import LiveRun, format_duration, format_rate
+from ddpgui.core.runs.manager import RunUpdate
+from ddpgui.core.runs.multinode import NodeState, node_states
 from ddpgui.core.store import RunNotFound, RunRecord, RunStore
 
 from ..nodes import node_line

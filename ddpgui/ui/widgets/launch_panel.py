@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.errors import describe
-from ddpgui.core.multinode import max_processes
+from ddpgui.core.runs.multinode import max_processes
 from remote_runner.config import (
     BACKENDS,
     COMPILE_MODES,

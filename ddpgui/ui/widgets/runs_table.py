@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core.live import format_duration, format_rate
+from ddpgui.core.runs.live import format_duration, format_rate
 from ddpgui.core.store import RunRecord, RunStore
 
 COLUMNS = ("Name", "Host", "Workload", "Compile", "Precision", "GPUs", "State", "Step", "Throughput", "Peak mem",

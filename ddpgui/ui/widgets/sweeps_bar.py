@@ -12,8 +12,8 @@ from collections.abc import Callable
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
-from ddpgui.core.live import format_duration
-from ddpgui.core.manager import RunManager
+from ddpgui.core.runs.live import format_duration
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line
 
 from ..bridge import GuiRelay

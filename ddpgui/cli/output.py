@@ -1,0 +1,122 @@
+"""What the command line does to its own process: Ctrl-C, closed pipes, library logging, and user text on a terminal.
+
+Every command goes through :func:`run_command`, so each of these holds for all of them:
+
+- Ctrl-C (SIGINT) interrupts wherever it comes, even when the CLI was started with SIGINT ignored (a
+  non-interactive shell's ``cmd &``, some CI runners): Python installs its KeyboardInterrupt handler only
+  when SIGINT is at its default, so without :func:`honour_ctrl_c` such a process never sees it.
+- A reader that goes away (``ddpgui runs | head -1``) ends the command quietly, the way ``cat`` does.
+- Libraries (paramiko) log to our logger tree only; their messages and tracebacks reach stderr only with
+  ``DDPGUI_DEBUG=1``; the CLI prints its own messages.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+from ..core.logs import quiet_library_logs
+
+#: Exit code of a command interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+#: Characters shown escaped besides the C0/C1 controls: the BIDI embeddings, overrides, isolates and marks,
+#: which reorder what follows them on the line (a "Trojan Source" name), and the zero-width ones.
+_INVISIBLE = frozenset("\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                       "\u2028\u2029\u2060\u2066\u2067\u2068\u2069\ufeff")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def terminal_text(text: object, multiline: bool = False) -> str:
+    """``text`` safe to print: control characters (ESC, CR, LF, tab, DEL, C1) and BIDI/zero-width characters
+    written as Python escapes (``\\x1b``, ``\\r``, ``\\u202e``), so a name cannot move the cursor, colour the
+    terminal or reorder a table line; ``multiline`` keeps line breaks (a message of several lines).  A text
+    with nothing to escape is returned as it is; in one with escapes, a backslash is doubled too.  Every CLI
+    output of text that came from a user or a host (names, tags, hosts, messages, log lines) goes through here."""
+    text = str(text)
+    if not any(_unsafe(ch) for ch in text if not (multiline and ch == "\n")):
+        return text
+    out = []
+    for ch in text:
+        if multiline and ch == "\n":
+            out.append(ch)
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif _unsafe(ch):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _unsafe(ch: str) -> bool:
+    code = ord(ch)
+    return code < 0x20 or 0x7f <= code < 0xa0 or ch in _INVISIBLE
+
+
+def honour_ctrl_c() -> None:
+    """Make SIGINT raise KeyboardInterrupt in this process, whatever disposition it inherited."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at each record."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def configure_logging() -> None:
+    """Library log records (paramiko's "Error reading SSH protocol banner" and its tracebacks) go nowhere
+    unless ``DDPGUI_DEBUG`` is set; then everything at DEBUG goes to stderr."""
+    if quiet_library_logs():
+        return
+    logging.getLogger().addHandler(logging.NullHandler())  # also stops logging's last-resort handler
+    # Our own notices stay visible: the files a script upload skipped, and why (a link out of the folder...).
+    uploads = logging.getLogger("ddpgui.core.targets.uploads")
+    if not any(getattr(h, "ddpgui_notice", False) for h in uploads.handlers):
+        notice = _StderrHandler()
+        notice.setLevel(logging.WARNING)
+        notice.setFormatter(logging.Formatter("%(message)s"))
+        notice.ddpgui_notice = True
+        uploads.addHandler(notice)
+
+
+def _quiet_stdout() -> None:
+    """After the reader of stdout went away: point stdout at /dev/null so the interpreter's final flush
+    does not raise BrokenPipeError again (the convention in Python's signal documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def run_command(func: Callable[[], int]) -> int:
+    """Run one CLI command: Ctrl-C anywhere → exit 130 with one line, a closed stdout → exit quietly."""
+    honour_ctrl_c()
+    configure_logging()
+    try:
+        try:
+            code = func()
+        except SystemExit as exc:  # argparse after --help or a usage error: its output is flushed here too
+            code = exc.code
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        try:
+            print("\nddpgui: interrupted", file=sys.stderr)
+        except (KeyboardInterrupt, BrokenPipeError):
+            pass
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0

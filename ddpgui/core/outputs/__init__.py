@@ -1,0 +1,1 @@
+"""What a comparison is written to: figures, tables, points CSV, bundles."""

@@ -1,0 +1,61 @@
+"""Exports of stored runs: tidy CSV (one row per point)."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..store import RunStore
+
+#: Keys of a record that identify it rather than measure something.
+ID_KEYS = {"seq", "t", "step", "epoch", "phase", "precision", "kind", "gpu", "name", "warmup", "world_size",
+           "global_batch"}
+
+
+def _points(series: dict[str, np.ndarray]):
+    """(row, metric, value, seconds since the first row) for every value a record holds, metric by metric."""
+    t = series.get("t")
+    if t is None or not len(t):
+        return
+    elapsed = t - t[0]
+    for key in sorted(k for k, v in series.items() if k not in ID_KEYS and v.dtype.kind == "f"):
+        values = series[key]
+        for i in np.flatnonzero(~np.isnan(values)):
+            yield i, key, repr(float(values[i])), f"{elapsed[i]:.3f}"
+
+
+def _cell(column: np.ndarray | None, i: int) -> object:
+    """A string column's value, or "" where it has none."""
+    return "" if column is None or column[i] is None else column[i]
+
+
+def export_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]:
+    """``points.csv`` (run, step, time, wall_time, metric, value) and ``telemetry.csv`` per sample and GPU.
+
+    ``time`` is seconds since the run's first record, ``wall_time`` Unix seconds. Missing values are not
+    written (tidy data has no empty cells).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points, telemetry = out_dir / "points.csv", out_dir / "telemetry.csv"
+    with points.open("w", newline="") as pf, telemetry.open("w", newline="") as tf:
+        pw, tw = csv.writer(pf), csv.writer(tf)
+        pw.writerow(["run", "name", "step", "time", "wall_time", "phase", "metric", "value"])
+        tw.writerow(["run", "node", "time", "wall_time", "kind", "gpu", "metric", "value"])
+        for run_id in run_ids:
+            run = store.get_run(run_id)
+            metrics = store.series(run_id)
+            steps = metrics.get("step")
+            for i, key, value, elapsed in _points(metrics):
+                step = "" if steps is None or math.isnan(steps[i]) else int(steps[i])
+                pw.writerow([run_id, run.name, step, elapsed, f"{metrics['t'][i]:.3f}",
+                             _cell(metrics.get("phase"), i), key, value])
+            for node in run.nodes:
+                tel = store.series(run_id, "telemetry.jsonl", node)
+                gpus = tel.get("gpu")
+                for i, key, value, elapsed in _points(tel):
+                    gpu = "" if gpus is None or math.isnan(gpus[i]) else int(gpus[i])
+                    tw.writerow([run_id, node, elapsed, f"{tel['t'][i]:.3f}", _cell(tel.get("kind"), i), gpu,
+                                 key, value])
+    return [points, telemetry]

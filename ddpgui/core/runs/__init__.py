@@ -1,0 +1,1 @@
+"""Runs: configs, launching, following, reattaching and stopping them (RunManager), multi-node."""

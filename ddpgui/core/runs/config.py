@@ -1,0 +1,50 @@
+"""Starting runs on a target: run ids, configs, deploy + launch."""
+from __future__ import annotations
+
+import secrets
+import shlex
+import time
+
+from remote_runner.config import RunConfig, config_from_dict
+
+from ..targets.base import LaunchResult, Progress, Target
+from ..targets.zipapp import build_runner
+
+
+def new_run_id() -> str:
+    """A sortable, unique id that is safe as a directory name (the run's name is only data)."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def default_name(cfg: RunConfig) -> str:
+    if cfg.mode == "script":  # precision and compile are the script's own business
+        return f"{cfg.script.entry if cfg.script else 'script'} {cfg.world_size}x"
+    return f"{cfg.workload} {cfg.world_size}x {cfg.precision} compile={cfg.compile}"
+
+
+def settings_text(config: dict) -> str:
+    """What a run ran, in one line: ``mlp ×2 fp32 compile=off batch=32`` or ``script train.py ×2 (args …)``."""
+    nproc = config.get("nproc_per_node", 1)
+    if config.get("mode") == "script":
+        script = config.get("script") or {}
+        args = script.get("args") or []
+        return f"script {script.get('entry', '?')} ×{nproc}" + (f" (args {shlex.join(args)})" if args else "")
+    return (f"{config.get('workload')} ×{nproc} {config.get('precision')} compile={config.get('compile')} "
+            f"batch={config.get('batch_size')}")
+
+
+def make_config(settings: dict) -> RunConfig:
+    """A validated config with a fresh run id and a default name (raises ConfigError naming the field)."""
+    cfg = config_from_dict({k: v for k, v in settings.items() if v is not None})
+    if not cfg.run_id:
+        cfg.run_id = new_run_id()
+    if not cfg.name:
+        cfg.name = default_name(cfg)
+    return cfg
+
+
+def start_run(target: Target, cfg: RunConfig, progress: Progress | None = None) -> LaunchResult:
+    """Deploy the runner (skipped when the host has it) and launch ``cfg`` detached on ``target``."""
+    uploaded = target.deploy(build_runner(), progress)
+    result = target.launch(cfg)
+    return LaunchResult(run_dir=result.run_dir, pid=result.pid, uploaded_bytes=uploaded)

@@ -1,0 +1,223 @@
+"""Following runs: one thread per host reads the ``follow`` streams of all that host's active runs.
+
+One :class:`HostFollower` thread per host connection waits on all of the host's
+streams (channels multiplexed on one SSH connection, or local pipes) with one
+``select``; each read's chunks go to the :class:`~ddpgui.core.runs.manager.RunManager`,
+which stores them with their offsets in one transaction.  A dropped link is
+reconnected with a backoff that grows to a cap; a follow the runner itself ends
+with an error is retried a few times and then ends its run with that error.
+"""
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..store import RunRecord, StoreGapError
+from ..targets.base import ConnectionLost, Stream, TargetError
+from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError, RunnerFailed
+
+if TYPE_CHECKING:
+    from .manager import RunManager
+
+log = logging.getLogger(__name__)
+
+#: A stream silent this long (the runner beats every second) counts as a dropped link.
+SILENCE_S = 5.0
+#: Reconnect delays after a dropped link, in seconds (the last one repeats).  The count of failures
+#: goes back to zero only once a stream delivered something, so a link that opens and at once fails
+#: again backs off to the cap instead of logging in a few times a second.
+BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: A run whose follow fails this many times in a row with the runner's own error (not the link's) ends with it.
+FOLLOW_FAILURE_LIMIT = 3
+
+
+@dataclass
+class RunUpdate:
+    """What changed in a run: new records per spool, and its row when its state changed."""
+
+    run_id: str
+    node: int = 0
+    records: dict[str, list[dict]] = field(default_factory=dict)
+    logs: dict[str, bytes] = field(default_factory=dict)
+    run: RunRecord | None = None
+    host: str | None = None
+    connection: str | None = None  # "lost" when the host's link dropped (it is retried)
+
+
+Listener = Callable[[RunUpdate], None]
+
+
+class _Follow:
+    """One (run, node) being followed: its stream and decoder."""
+
+    def __init__(self, run_id: str, node: int, run_dir: str):
+        self.run_id, self.node, self.run_dir = run_id, node, run_dir
+        self.stream: Stream | None = None
+        self.decoder = FollowDecoder()
+        self.last_data = time.monotonic()
+        self.not_before = 0.0  # monotonic time before which it is not opened again (after a runner error)
+
+
+class HostFollower(threading.Thread):
+    """Follows every active run of one host through that host's one connection."""
+
+    def __init__(self, manager: RunManager, host: str):
+        super().__init__(name=f"follow-{host}", daemon=True)
+        self.manager, self.host = manager, host
+        self._lock = threading.Lock()
+        self._pending: list[_Follow] = []
+        self._follows: dict[tuple[str, int], _Follow] = {}
+        self._halt = threading.Event()
+        self._runner_errors: dict[tuple[str, int], tuple[str, int]] = {}  # (run, node) → (last error, times)
+
+    def add(self, run_id: str, node: int, run_dir: str, not_before: float = 0.0) -> None:
+        follow = _Follow(run_id, node, run_dir)
+        follow.not_before = not_before
+        with self._lock:
+            self._pending.append(follow)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self._halt.is_set():
+            try:
+                self._open_pending()
+                if not self._follows:
+                    self._halt.wait(0.05)
+                    continue
+                if self._read_once():
+                    failures = 0
+            except (TargetError, OSError, ProtocolError) as exc:  # ConnectionLost is a TargetError
+                failures += 1
+                log.warning("following runs on %s: %s (retry %d)", self.host, exc, failures)
+                self.manager._emit(RunUpdate(run_id="", host=self.host, connection="lost"))
+                self._reset_all()
+                self._halt.wait(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
+            except Exception:  # never let the follower die silently: log and retry
+                log.exception("follower for %s crashed; restarting its streams", self.host)
+                self._reset_all()
+                self._halt.wait(1.0)
+        self._close_all()
+
+    def _open_pending(self) -> None:
+        """Open a stream for each run waiting to be followed; one that fails stays waiting."""
+        with self._lock:
+            pending = list(self._pending)
+        if not pending:
+            return
+        now = time.monotonic()
+        pending = [f for f in pending if f.not_before <= now]
+        if not pending:
+            return
+        target = self.manager.target(self.host)
+        for follow in pending:
+            key = (follow.run_id, follow.node)
+            if key not in self._follows:
+                offsets = self.manager.store.offsets(follow.run_id, follow.node)
+                follow.stream = target.stream(target.follow_command(follow.run_dir, offsets))
+                follow.last_data = time.monotonic()
+                self._follows[key] = follow
+            with self._lock:
+                self._pending.remove(follow)
+
+    def _read_once(self) -> bool:
+        """One select over every stream; returns whether any stream delivered a message."""
+        by_fd = {f.stream.fileno(): f for f in self._follows.values()}
+        ready, _, _ = select.select(list(by_fd), [], [], 0.25)
+        now = time.monotonic()
+        delivered = False
+        for fd in ready:
+            follow = by_fd[fd]
+            try:
+                data = follow.stream.read(0.0)
+            except TimeoutError:  # woken by something other than stdout (SSH stderr): nothing to read
+                continue
+            follow.last_data = now
+            if not data:
+                raise ConnectionLost(f"the follow stream of run {follow.run_id} ended early")
+            try:
+                messages = follow.decoder.feed(data)
+            except RunnerFailed as exc:
+                self._runner_failed(follow, exc)
+                continue
+            if messages:
+                delivered = True
+                self._runner_errors.pop((follow.run_id, follow.node), None)
+            self._handle(follow, messages)
+        for follow in list(self._follows.values()):
+            if now - follow.last_data > SILENCE_S:
+                raise ConnectionLost(f"no data from {self.host} for {SILENCE_S:.0f} s")
+        return delivered
+
+    def _runner_failed(self, follow: _Follow, exc: RunnerFailed) -> None:
+        """The runner's follow of one run stopped with its own error (the link is fine): try that run again
+        later, backing off; the same error FOLLOW_FAILURE_LIMIT times in a row ends the run with it."""
+        self._close(follow)
+        key = (follow.run_id, follow.node)
+        last, times = self._runner_errors.get(key, ("", 0))
+        times = times + 1 if str(exc) == last else 1
+        self._runner_errors[key] = (str(exc), times)
+        log.warning("following run %s on %s: %s (%d time(s))", follow.run_id, self.host, exc, times)
+        if times >= FOLLOW_FAILURE_LIMIT:
+            self._runner_errors.pop(key, None)
+            self.manager._run_ended(follow.run_id, follow.node, {
+                "state": "failed", "failure": exc.failure or "follow_failed", "ended_at": time.time(),
+                "message": f"following the run on {self.host} failed {times} times in a row: {exc}",
+                "hint": exc.hint or "look at the run directory on the host; ddpgui stop ends the run if it still runs"})
+            return
+        self.add(follow.run_id, follow.node, follow.run_dir,
+                 not_before=time.monotonic() + BACKOFF_S[min(times, len(BACKOFF_S)) - 1])
+
+    def _handle(self, follow: _Follow, messages: list) -> None:
+        chunks = [m for m in messages if isinstance(m, Chunk)]
+        if chunks:
+            try:
+                self.manager._store_chunks(follow.run_id, follow.node, chunks)
+            except StoreGapError:
+                # The stream and the store disagree (e.g. a chunk stored by another follower): start over
+                # from what the store holds.
+                self._restart(follow)
+                return
+        for message in messages:
+            if isinstance(message, End):
+                self._finish(follow, message)
+            elif isinstance(message, Heartbeat):
+                self.manager._heartbeat(follow.run_id, message)
+
+    def _finish(self, follow: _Follow, end: End) -> None:
+        self._close(follow)
+        if end.ended:
+            self.manager._run_ended(follow.run_id, follow.node, end.status)
+
+    def _restart(self, follow: _Follow) -> None:
+        self._close(follow)
+        self.add(follow.run_id, follow.node, follow.run_dir)
+
+    def _close(self, follow: _Follow) -> None:
+        self._follows.pop((follow.run_id, follow.node), None)
+        if follow.stream is not None:
+            follow.stream.close()
+            follow.stream = None
+
+    def _reset_all(self) -> None:
+        """Drop every stream (and the connection); each run is followed again from the stored offsets."""
+        follows = list(self._follows.values())
+        self._close_all()
+        self.manager.drop_target(self.host)
+        with self._lock:
+            self._pending = [_Follow(f.run_id, f.node, f.run_dir) for f in follows] + self._pending
+
+    def _close_all(self) -> None:
+        for follow in list(self._follows.values()):
+            try:
+                self._close(follow)
+            except Exception:  # a stream on a dead link may fail to close; it is gone either way
+                pass
+        self._follows.clear()

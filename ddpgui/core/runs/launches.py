@@ -1,0 +1,94 @@
+"""A launch in progress, as the run store records it, and one that never completed.
+
+While a run is ``launching`` its row holds, in ``environment["launcher"]``, the
+process that launches it (pid, process start time, this machine's name) and
+the step it is at.  Another ddpgui process (a second CLI, the app) may be
+launching a run right now, so a ``launching`` run is taken for abandoned only
+when its launcher is provably gone: same machine, and that pid no longer runs
+the process that started the launch.  Such a run is marked failed
+(``launch_incomplete``) with the step it stopped at; it can then be stopped,
+deleted and rerun like any ended run.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from remote_runner.status import pid_alive
+
+from ..store import RunRecord, RunStore
+
+#: What a launch is doing, in the words of the "launch did not finish" message.
+STAGE_CONNECTING = "connecting to the host and deploying the runner"
+STAGE_UPLOADING = "uploading the script"
+STAGE_STARTING = "starting the run on the host"
+STAGE_NODES = "uploading to and starting the nodes"
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of process ``pid``: tells a pid reused by another process apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def launcher(stage: str) -> dict:
+    """This process as the launcher of a run, at ``stage``."""
+    pid = os.getpid()
+    return {"launcher": {"pid": pid, "start": _process_start(pid), "host": socket.gethostname(), "stage": stage,
+                         "t": time.time()}}
+
+
+def launcher_of(record: RunRecord) -> dict:
+    return (record.environment or {}).get("launcher") or {}
+
+
+def launcher_alive(record: RunRecord) -> bool:
+    """Whether the process launching this run may still be doing so (True when that cannot be told from here)."""
+    info = launcher_of(record)
+    pid = info.get("pid")
+    if not pid or info.get("host") != socket.gethostname():
+        return bool(pid)  # no launcher recorded: an old row, not ours to judge; another machine: cannot tell
+    if not pid_alive(pid):
+        return False
+    start = _process_start(pid)
+    return info.get("start") is None or start is None or start == info["start"]
+
+
+def in_progress(record: RunRecord) -> bool:
+    """A run in ``launching`` whose launcher may still be doing it (stop, delete and follow wait or refuse)."""
+    return record.state == "launching" and not record.run_dirs and launcher_alive(record)
+
+
+def abandoned(record: RunRecord) -> bool:
+    """A run stuck in ``launching`` whose launcher is gone: its launch will never complete."""
+    return record.state == "launching" and not record.run_dirs and bool(launcher_of(record)) \
+        and not launcher_alive(record)
+
+
+def incomplete_message(record: RunRecord) -> str:
+    stage = launcher_of(record).get("stage") or "launching it"
+    return f"the launch did not finish (the app was closed while {stage})"
+
+
+def settle(store: RunStore, record: RunRecord) -> RunRecord:
+    """Mark ``record`` failed (``launch_incomplete``) when its launch was abandoned; returns the row."""
+    if not abandoned(record):
+        return record
+    return store.update_run(record.id, state="failed", failure="launch_incomplete", ended_at=time.time(),
+                            message=incomplete_message(record),
+                            hint=f"rerun it (ddpgui rerun {record.id}) or delete it (ddpgui delete {record.id})")
+
+
+def settle_all(store: RunStore) -> list[RunRecord]:
+    """Settle every abandoned launch in the store; returns the runs marked."""
+    return [settle(store, r) for r in store.active_runs() if abandoned(r)]
+
+
+def being_launched(record: RunRecord) -> str:
+    """"pid P on H (STAGE)" for a run another live process is launching right now."""
+    info = launcher_of(record)
+    return f"pid {info.get('pid')} on {info.get('host')} ({info.get('stage') or 'launching'})"

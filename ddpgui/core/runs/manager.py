@@ -1,0 +1,383 @@
+"""RunManager: launch runs, follow every active one into the store, reconnect, reattach, stop.
+
+One :class:`~ddpgui.core.runs.follower.HostFollower` thread per host connection reads the ``follow``
+streams of all that host's active runs (channels multiplexed on one SSH
+connection, or local pipes), waiting on all of them with one ``select``.  Each
+read's chunks are stored with their offsets in one transaction, so nothing is
+lost or duplicated whatever happens to the link or the app; then listeners get
+the new records (the GUI and the CLI consume the same stream).
+"""
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from remote_runner.config import ConfigError, RunConfig, config_from_dict
+from remote_runner.status import FINAL_STATES
+
+from ..errors import describe
+from ..hosts import HostStore
+from ..store import RunRecord, RunStore
+from ..targets.base import Progress, Target, TargetError
+from ..targets.zipapp import RunnerPackage, build_runner
+from . import launches, multinode
+from .config import make_config
+from .follower import HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate and Listener are re-exported)
+from .multinode import Preflight
+from .protocol import Chunk, Heartbeat
+
+log = logging.getLogger(__name__)
+
+OpenTarget = Callable[[str], Target]
+
+
+def environment_fingerprint(probe: dict) -> dict:
+    """What a comparison must know about where a run ran (from the probe report)."""
+    torch = probe.get("torch") or {}
+    gpus = probe.get("gpus") or []
+    return {"hostname": probe.get("hostname"), "gpu": gpus[0]["name"] if gpus else None, "gpu_count": len(gpus),
+            "driver": probe.get("driver_version"), "cuda": torch.get("cuda_build"), "torch": torch.get("version"),
+            "nccl": (torch.get("nccl") or {}).get("version"), "python": (probe.get("python") or {}).get("version"),
+            "cpu": probe.get("cpu_model"), "cpu_count": probe.get("cpu_count")}
+
+
+class RunManager:
+    """Everything the app and the CLI do with runs; Qt-free and thread-safe."""
+
+    def __init__(self, store: RunStore, hosts: HostStore, open_target: OpenTarget,
+                 package: RunnerPackage | None = None):
+        self.store, self.hosts = store, hosts
+        self._open_target = open_target
+        self._package = package
+        self._targets: dict[str, Target] = {}
+        self._deployed: set[str] = set()
+        self._probes: dict[str, dict] = {}
+        self._followers: dict[str, HostFollower] = {}
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._ended = threading.Condition(self._lock)
+
+    # ---- targets -------------------------------------------------------------------------
+    @property
+    def package(self) -> RunnerPackage:
+        if self._package is None:
+            self._package = build_runner()
+        return self._package
+
+    def target(self, host: str, progress: Progress | None = None) -> Target:
+        """The host's target with the runner deployed (one connection per host, reused)."""
+        with self._lock:
+            target = self._targets.get(host)
+            if target is None:
+                target = self._targets[host] = self._open_target(host)
+            if host not in self._deployed:
+                target.deploy(self.package, progress)
+                self._deployed.add(host)
+            return target
+
+    def drop_target(self, host: str) -> None:
+        """Forget a host's connection (after it dropped); the next use reconnects."""
+        with self._lock:
+            target = self._targets.pop(host, None)
+            self._deployed.discard(host)
+        if target is not None:
+            try:
+                target.close()
+            except Exception:  # closing a dead connection may fail; it is gone either way
+                pass
+
+    def probe(self, host: str) -> dict:
+        """The host's probe report (probed once per manager)."""
+        with self._lock:
+            if host not in self._probes:
+                self._probes[host] = self.target(host).probe()
+            return self._probes[host]
+
+    def environment(self, host: str) -> dict:
+        """The host's environment fingerprint (probed once per manager)."""
+        return environment_fingerprint(self.probe(host))
+
+    # ---- listeners -----------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` (on the follower's thread) for every update; returns an unsubscribe function."""
+        with self._lock:
+            self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _emit(self, update: RunUpdate) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(update)
+            except Exception:
+                log.exception("a run listener failed")
+
+    # ---- launching -----------------------------------------------------------------------
+    def launch(self, host: str, settings: dict | RunConfig, progress: Progress | None = None,
+               follow: bool = True, sweep_id: str | None = None) -> RunRecord:
+        """Deploy, write the config and start the run detached; the run is in the store from the start."""
+        cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
+        if cfg.nnodes > 1:
+            raise ConfigError("nnodes", f"a run on {cfg.nnodes} nodes is launched on as many hosts: use launch_nodes "
+                                        "(ddpgui launch --nodes A,B)")
+        self.hosts.get(host)  # an unknown profile fails here, before anything is created
+        # The row names this process as its launcher: should it die mid-launch, the run is known abandoned
+        # (ddpgui.core.runs.launches), while another process launching a run is left alone.
+        record = self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=[host], config=cfg.to_dict(),
+                                       state="launching", total_steps=cfg.steps, sweep_id=sweep_id,
+                                       environment=launches.launcher(launches.STAGE_CONNECTING))
+        try:
+            target = self.target(host, progress)
+            if cfg.mode == "script":
+                from ..targets.uploads import upload_script_dir
+
+                self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_UPLOADING))
+                cfg.script.dir = upload_script_dir(target, cfg.script.dir, progress=progress)
+                self.store.update_run(cfg.run_id, config=cfg.to_dict())
+            environment = self.environment(host)
+            self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_STARTING))
+            result = target.launch(cfg)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                message, hint = describe(exc)
+            else:  # Ctrl-C, or the process is being ended
+                message, hint = "the launch was interrupted before it finished", f"rerun it (ddpgui rerun {cfg.run_id})"
+            self.store.update_run(cfg.run_id, state="failed", message=message, hint=hint, failure="launch_failed",
+                                  ended_at=time.time())
+            raise
+        record = self.store.update_run(cfg.run_id, state="starting", run_dirs={0: result.run_dir},
+                                       environment=environment, started_at=time.time())
+        self._emit(RunUpdate(cfg.run_id, run=record))
+        if follow:
+            self.follow(cfg.run_id)
+        return record
+
+    def preflight(self, hosts: list[str], settings: dict | RunConfig,
+                  say: Callable[[str], None] | None = None) -> Preflight:
+        """Check a multi-node run before launching it (every node reachable, processes, rendezvous port);
+        raises TargetError naming the node; the result's ``warnings`` (e.g. torch versions differ) are for the user.
+        ``say`` hears each check as it starts (progress text)."""
+        return multinode.preflight(self, hosts, settings if isinstance(settings, RunConfig) else make_config(settings),
+                                   say)
+
+    def launch_nodes(self, hosts: list[str], settings: dict | RunConfig, progress: Progress | None = None,
+                     follow: bool = True, checked: Preflight | None = None, sweep_id: str | None = None) -> RunRecord:
+        """One run across ``hosts`` (node 0 first, it hosts the rendezvous): preflight unless ``checked``,
+        then launch every node; nothing is created when the preflight fails (see ddpgui.core.runs.multinode)."""
+        record = multinode.launch_nodes(self, hosts, settings, progress, checked, sweep_id)
+        self._emit(RunUpdate(record.id, run=record))
+        if follow:
+            self.follow(record.id)
+        return record
+
+    def rerun(self, run_id: str, progress: Progress | None = None) -> RunRecord:
+        """Launch again with the same config (a new run id and the same name)."""
+        old = self.store.get_run(run_id)
+        settings = dict(old.config, run_id="")
+        if len(old.hosts) > 1:
+            return self.launch_nodes(old.hosts, settings, progress)
+        return self.launch(old.host, settings, progress)
+
+    def duplicate(self, run_id: str, **changes: object) -> dict:
+        """The run's settings with ``changes`` applied, validated, ready to edit and launch."""
+        old = self.store.get_run(run_id)
+        settings = dict(old.config, run_id="", name=f"{old.name} (copy)", **changes)
+        config_from_dict(settings)
+        return settings
+
+    # ---- following -----------------------------------------------------------------------
+    def follow(self, run_id: str) -> None:
+        """Stream the run's records into the store in the background (until it has ended)."""
+        record = self.store.get_run(run_id)
+        for node, run_dir in record.run_dirs.items():
+            host = record.hosts[int(node)]
+            with self._lock:
+                follower = self._followers.get(host)
+                if follower is None or not follower.is_alive():
+                    follower = self._followers[host] = HostFollower(self, host)
+                    follower.start()
+            follower.add(run_id, int(node), run_dir)
+
+    def reattach(self, run_ids: Iterable[str] | None = None) -> list[str]:
+        """Follow every run the store says is still active (after an app restart), or those of ``run_ids``
+        among them; returns their ids.  One whose launcher died mid-launch is marked failed
+        ("launch_incomplete"); one another live process is launching is left to it."""
+        ids, only = [], None if run_ids is None else set(run_ids)
+        for record in self.store.active_runs():
+            if only is not None and record.id not in only:
+                continue
+            if record.run_dirs:
+                self.follow(record.id)
+                ids.append(record.id)
+            elif not launches.launcher_of(record) and record.state == "launching":  # a row of an older version
+                self.store.update_run(record.id, state="failed", failure="launch_incomplete", ended_at=time.time(),
+                                      message="the launch did not finish (the app was closed while launching it)",
+                                      hint=f"rerun it (ddpgui rerun {record.id}) or delete it")
+            else:
+                launches.settle(self.store, record)
+        return ids
+
+    def _store_chunks(self, run_id: str, node: int, chunks: list[Chunk]) -> None:
+        """Store one read's chunks (the store also keeps the run's last step) and tell the listeners."""
+        result = self.store.store_chunks(run_id, node, chunks)
+        logs = {}
+        for chunk in chunks:
+            if chunk.spool.endswith(".log"):
+                logs[chunk.spool] = logs.get(chunk.spool, b"") + chunk.data
+        changes = {}
+        for rec in result.new.get("events.jsonl", ()):
+            if rec.get("event") == "train_start":
+                changes["state"] = "running"
+            elif rec.get("event") == "summary":
+                changes["summary"] = rec
+        record = None
+        if changes:
+            record = self.store.update_run(run_id, **changes)
+        elif result.new.get("metrics.jsonl"):
+            record = self.store.get_run(run_id)  # its last step moved
+        if result.new or logs:
+            self._emit(RunUpdate(run_id, node, records=result.new, logs=logs, run=record))
+
+    def _heartbeat(self, run_id: str, beat: Heartbeat) -> None:
+        record = self.store.get_run(run_id)
+        if beat.state in ("running", "starting") and record.state in ("starting", "launching") and beat.state != record.state:
+            self._emit(RunUpdate(run_id, run=self.store.update_run(run_id, state=beat.state)))
+
+    def _run_ended(self, run_id: str, node: int, status: dict) -> None:
+        record = self.store.get_run(run_id)
+        if status.get("failure") == "run_dir_missing":  # the runner cannot know the host's profile name
+            status = dict(status, message=f"the run's directory {record.run_dirs.get(node, '')} is gone from "
+                                          f"{record.hosts[node] if node < len(record.hosts) else record.host}")
+        if len(record.run_dirs) > 1:
+            self._node_ended(run_id, node, status)
+            return
+        changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
+                   "message": status.get("message") or "", "hint": status.get("hint") or "",
+                   "exit_code": status.get("exit_code"), "failure": status.get("failure"),
+                   "failed_rank": status.get("failed_rank")}
+        self._announce_end(run_id, node, self.store.update_run(run_id, **changes))
+
+    def _node_ended(self, run_id: str, node: int, status: dict) -> None:
+        """A node of a multi-node run ended: a failure stops the other nodes (belt and braces: torchrun ends
+        them too) and is named at once; the run ends, in the worst of its nodes' states, when every node has."""
+        # The node's end as its follow stream reported it, kept with its events: its supervisor's own final
+        # event can be written after the stream's last read, and the node states are read from the events.
+        self.store.add_client_event(run_id, node, {
+            "event": status.get("state", "failed"), "t": status.get("ended_at") or time.time(),
+            "message": status.get("message") or "", "hint": status.get("hint") or "",
+            "failure": status.get("failure"), "exit_code": status.get("exit_code"), "rank": status.get("failed_rank")})
+        record = self.store.get_run(run_id)
+        states = multinode.node_states(self.store, record, {node: status})
+        if status.get("state") == "failed":
+            running = [s.node for s in states if not s.final]
+            if running:
+                threading.Thread(target=self._stop_nodes, args=(record, running), daemon=True).start()
+            record = self.store.update_run(run_id, **multinode.failure_columns(multinode.first_failure(states)))
+        final = multinode.outcome(states)
+        if final is not None:
+            record = self.store.update_run(run_id, **final)
+        self._announce_end(run_id, node, record)
+
+    def _announce_end(self, run_id: str, node: int, record: RunRecord) -> None:
+        """Tell the listeners a run's (or node's) end, and wake every :meth:`wait`."""
+        self._emit(RunUpdate(run_id, node, run=record))
+        with self._ended:
+            self._ended.notify_all()
+
+    def _stop_nodes(self, record: RunRecord, nodes: list[int]) -> None:
+        try:
+            multinode.stop_nodes(self, record, nodes)
+        except TargetError as exc:
+            log.warning("run %s: %s", record.id, exc)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunRecord:
+        """Block until the run has ended and all its records are stored."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ended:
+            while True:
+                record = self.store.get_run(run_id)
+                if record.state in FINAL_STATES:
+                    return record
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"run {run_id} is still {record.state}")
+                self._ended.wait(min(left, 1.0) if left is not None else 1.0)
+
+    # ---- stopping and deleting -----------------------------------------------------------
+    def stop(self, run_id: str) -> RunRecord:
+        """End every process of the run on its host(s); the follower records the final state."""
+        record = self.store.get_run(run_id)
+        status = {}
+        if not record.run_dirs:  # its launch never completed: nothing runs on a host, it ends at once
+            if launches.in_progress(record):
+                raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
+                                  "wait until its launch has finished and stop it then, or end that process")
+            if record.active:
+                record = self.store.update_run(run_id, state="stopped", ended_at=time.time(), hint="",
+                                               message="stopped before its launch had finished")
+                self._announce_end(run_id, 0, record)
+            return record
+        if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
+            multinode.stop_nodes(self, record, list(record.run_dirs))
+            status = {"state": "stopped"}
+        else:
+            for node, run_dir in record.run_dirs.items():
+                try:
+                    status = self.target(record.hosts[int(node)]).stop(run_dir)
+                except TargetError as exc:
+                    if exc.failure != "run_dir_missing":
+                        raise
+                    self._run_ended(run_id, int(node), {"state": "failed", "failure": "run_dir_missing",
+                                                        "hint": "the records received so far are kept; rerun the "
+                                                                "experiment to run it again"})
+                    return self.store.get_run(run_id)
+        if record.state not in FINAL_STATES and status.get("state") in FINAL_STATES:
+            self.follow(run_id)  # make sure the final records and state arrive
+        return self.store.get_run(run_id)
+
+    def delete(self, run_id: str, remote: bool = True) -> None:
+        """Delete the run from the store and (``remote``) its run directory on the host(s).
+
+        Callers confirm with the user first; a run still active is stopped before.
+        """
+        record = self.store.get_run(run_id)
+        if launches.in_progress(record):
+            raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
+                              "wait until its launch has finished (or end that process), then delete it")
+        if record.active and record.run_dirs:
+            self.stop(run_id)
+        if remote:
+            for node, run_dir in record.run_dirs.items():
+                target = self.target(record.hosts[int(node)])
+                if posixpath.dirname(run_dir) != posixpath.join(target.run_root(), "runs"):
+                    raise TargetError(f"refusing to delete {run_dir}: it is not a run directory under "
+                                      f"{target.run_root()}")
+                result = target.exec(["rm", "-rf", "--", run_dir], timeout=120)
+                if result.rc != 0:
+                    raise TargetError(f"could not delete {run_dir} on {record.hosts[int(node)]}: "
+                                      f"{result.stderr.decode(errors='replace').strip()}")
+        self.store.delete_run(run_id)
+
+    # ---- shutting down -------------------------------------------------------------------
+    def __enter__(self) -> RunManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop following (runs go on on their hosts) and close every connection."""
+        with self._lock:
+            followers = list(self._followers.values())
+            self._followers.clear()
+        for follower in followers:
+            follower.stop()
+        for follower in followers:
+            follower.join(timeout=5)
+        with self._lock:
+            hosts = list(self._targets)
+        for host in hosts:
+            self.drop_target(host)
+

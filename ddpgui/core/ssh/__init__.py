@@ -1,0 +1,1 @@
+"""SSH: host keys the way OpenSSH checks them, key files, logging in, the connection and its files."""
