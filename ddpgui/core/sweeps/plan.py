@@ -1,0 +1,174 @@
+"""Sweep planning (pure): a SweepSpec expanded into validated cells, axis names, cell labels and the seed policy.
+
+:func:`plan_sweep` expands a :class:`SweepSpec` into cells and validates every one
+with ``make_config`` before anything is stored, so a bad value is refused with
+the axis that holds it and nothing is created.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from remote_runner.config import ConfigError, RunConfig
+
+from ..hosts import HostNotFound, HostStore
+from ..runs.config import make_config, new_run_id
+from ..store import SweepCell, SweepRecord
+
+#: Short axis names (as the CLI's options) → the config field they set.
+AXIS_ALIASES = {"nproc": "nproc_per_node", "workers": "num_workers"}
+_SHORT_NAMES = {field_name: short for short, field_name in AXIS_ALIASES.items()}
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+_NOT_AXES = frozenset({"schema", "run_id", "name"})
+
+
+class SweepError(ValueError):
+    """A sweep that must not start; ``axis`` names the offending axis (None: the sweep as a whole)."""
+
+    def __init__(self, message: str, hint: str = "", axis: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+        self.axis = axis
+
+
+@dataclass
+class SweepSpec:
+    """What to sweep.
+
+    ``base``: the settings every cell shares (the dict ``make_config`` takes);
+    ``matrix``: axis → values, an axis being any config setting (``nproc`` and
+    ``workers`` are accepted for ``nproc_per_node`` and ``num_workers``);
+    ``repeats``: runs per combination; ``hosts``: every combination runs on each.
+    """
+
+    hosts: list[str]
+    base: dict = field(default_factory=dict)
+    matrix: dict[str, list] = field(default_factory=dict)
+    repeats: int = 1
+    parallel: bool = False
+    name: str = ""
+
+
+
+def axis_field(name: str) -> str:
+    """The config field an axis name sets (``nproc`` → ``nproc_per_node``, ``batch-size`` → ``batch_size``)."""
+    name = name.strip().replace("-", "_")
+    return AXIS_ALIASES.get(name, name)
+
+
+def _short(field_name: str) -> str:
+    return _SHORT_NAMES.get(field_name, field_name)
+
+
+def _shown(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def cell_label(values: dict, repeat: int, repeats: int, host: str, several_hosts: bool) -> str:
+    """``compile=default precision=bf16 nproc=2 #2 @gpu1``: the axis values, the repeat and the host."""
+    parts = [f"{_short(k)}={_shown(v)}" for k, v in values.items()]
+    if repeats > 1:
+        parts.append(f"#{repeat + 1}")
+    if several_hosts:
+        parts.append(f"@{host}")
+    return " ".join(parts) or "run"
+
+
+def _checked_matrix(matrix: dict[str, list], base: dict) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for name, values in matrix.items():
+        key = axis_field(name)
+        if key not in _CONFIG_FIELDS or key in _NOT_AXES:
+            raise SweepError(f"sweep axis {name!r} is not a run setting",
+                             "an axis is a setting such as compile, precision, nproc, batch_size, workload, lr, "
+                             "steps", axis=name)
+        if key in out:
+            raise SweepError(f"sweep axis {name!r} is given twice (as {_short(key)} and {key})",
+                             "give each setting once", axis=name)
+        if base.get(key) is not None:
+            raise SweepError(f"{_short(key)} is both a fixed setting ({_shown(base[key])}) and a sweep axis",
+                             "drop one of them", axis=name)
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+            raise SweepError(f"sweep axis {name!r} needs a non-empty list of values, got {values!r}",
+                             "e.g. precision: [fp32, bf16]", axis=name)
+        shown = [json.dumps(v, sort_keys=True) for v in values]
+        twice = [v for v, n in Counter(shown).items() if n > 1]
+        if twice:
+            raise SweepError(f"sweep axis {name!r} lists {twice[0]} more than once", "give each value once",
+                             axis=name)
+        out[key] = list(values)
+    return out
+
+
+def _seed_policy(base: dict, matrix: dict[str, list], repeats: int) -> tuple[bool, str]:
+    """(whether repeats get seeds of their own, the sentence that says which seeds the runs use)."""
+    if "seed" in matrix:
+        return False, "seed is an axis: the repeats of a combination share its seed"
+    if base.get("seed") is not None:
+        return False, f"seed {base['seed']} fixed by you: every run uses it"
+    if repeats == 1:
+        return False, "seed 0 (the default) in every run"
+    return True, f"repeat r uses seed r (0..{repeats - 1}), so the repeats differ; fix --seed to give all one seed"
+
+
+def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRecord, list[SweepCell]]:
+    """The sweep and its cells, every cell validated with make_config; raises SweepError (nothing is stored).
+
+    Cells are ordered repeat by repeat (every combination once, then again), so
+    the first results cover the whole matrix; each host takes its cells in that order.
+    """
+    names = [h.strip() for h in spec.hosts if h and h.strip()]
+    if not names:
+        raise SweepError("a sweep needs at least one host", "e.g. local (this computer)")
+    if len(set(names)) != len(names):
+        raise SweepError(f"a host is listed twice: {', '.join(names)}", "give each host once")
+    for name in names:
+        if hosts is not None:
+            try:
+                hosts.get(name)
+            except HostNotFound as exc:
+                raise SweepError(str(exc), "add it with: ddpgui hosts add, or pick another host") from None
+    if isinstance(spec.repeats, bool) or not isinstance(spec.repeats, int) or spec.repeats < 1:
+        raise SweepError(f"repeats must be a whole number of at least 1, got {spec.repeats!r}", "e.g. 3",
+                         axis="repeats")
+    base = {k: v for k, v in spec.base.items() if v is not None}
+    for key in ("run_id", "name"):
+        if base.pop(key, None):
+            raise SweepError(f"a sweep sets each run's {key} itself", f"leave {key} out of the settings; name the "
+                             "sweep instead")
+    matrix = _checked_matrix(spec.matrix, base)
+    own_seeds, seeds = _seed_policy(base, matrix, spec.repeats)
+    sweep_id = new_run_id()
+    name = spec.name.strip() or f"{'×'.join(map(_short, matrix)) or 'repeat'} sweep {time.strftime('%Y-%m-%d %H:%M')}"
+    cells: list[SweepCell] = []
+    combos = [dict(zip(matrix, values)) for values in itertools.product(*matrix.values())]
+    for repeat in range(spec.repeats):
+        for values in combos:
+            settings = {**base, **values, **({"seed": repeat} if own_seeds else {})}
+            _validate(settings, values)
+            for host in names:
+                cells.append(SweepCell(sweep_id=sweep_id, index=len(cells), host=host, settings=settings,
+                                       repeat=repeat, label=cell_label(values, repeat, spec.repeats, host,
+                                                                       len(names) > 1)))
+    sweep = SweepRecord(id=sweep_id, name=name, hosts=names, base=base, matrix=matrix, repeats=spec.repeats,
+                        parallel=bool(spec.parallel), seeds=seeds)
+    return sweep, cells
+
+
+def _validate(settings: dict, values: dict) -> None:
+    try:
+        make_config(settings)
+    except ConfigError as exc:
+        top = exc.field.split(".")[0].split("[")[0]
+        reason = str(exc).split(": ", 1)[-1]
+        if top in values:
+            raise SweepError(f"sweep axis {_short(top)} = {_shown(values[top])} is refused: {reason}",
+                             f"fix or drop that value of {_short(top)}", axis=_short(top)) from None
+        others = ", ".join(f"{_short(k)}={_shown(v)}" for k, v in values.items())
+        where = f" (with {others})" if others else ""
+        raise SweepError(f"setting {exc.field}{where} is refused: {reason}", "fix the fixed settings of the sweep",
+                         axis=_short(top) if top in settings else None) from None
