@@ -14,14 +14,11 @@ from ddpgui.core.hosts import (
     HostNotFound,
     HostProfile,
     HostStore,
-    KeyNeedsPassphrase,
-    WrongPassphrase,
-    key_is_encrypted,
-    load_private_key,
     parse_hop,
     secrets,
 )
 from ddpgui.core.paths import config_dir
+from ddpgui.core.ssh.keys import KeyNeedsPassphrase, WrongPassphrase, key_is_encrypted, load_private_key
 
 
 @pytest.fixture

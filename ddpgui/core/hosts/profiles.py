@@ -1,0 +1,230 @@
+"""Host profiles: where a host is and how to log in, never a secret; their validation, This computer, route hops.
+
+``local`` ("This computer") always exists: it runs the runner through a
+subprocess, so only its interpreter, run root, price and notes can be edited.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remote_runner.config import env_problem
+
+from . import secrets
+
+LOCAL = "local"
+LOCAL_DISPLAY_NAME = "This computer"
+
+AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
+#: The keyring secret each authentication method needs, if any.
+SECRET_KIND = {"key_passphrase": secrets.PASSPHRASE, "password": secrets.PASSWORD}
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_HOSTNAME = re.compile(r"^[^\s@/\\'\"`$;&|<>()]+$")
+_USER = re.compile(r"^[^\s@:/'\"`$;&|<>()]*$")
+_HOP = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:\s@\[\]]+)(?::(?P<port>\d+))?$")
+
+
+class HostError(ValueError):
+    """A profile that cannot be saved or used; ``field`` names the offending field."""
+
+    def __init__(self, field_name: str, message: str, hint: str = ""):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.hint = hint
+
+
+class HostNotFound(KeyError):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"no host profile named {self.name!r} (ddpgui hosts list shows them)"
+
+
+@dataclass
+class HostProfile:
+    """How to reach one host; several profiles may name the same machine with different interpreters."""
+
+    name: str
+    hostname: str = ""
+    port: int = 22
+    user: str = ""
+    auth: str = "agent"
+    key_file: str | None = None
+    proxy_jump: list[str] = field(default_factory=list)
+    python: str = "python3"
+    run_root: str = "~/.ddpgui"
+    price_per_hour: float | None = None
+    notes: str = ""
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    rdzv_address: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def is_local(self) -> bool:
+        return self.name == LOCAL
+
+    @property
+    def display_name(self) -> str:
+        return LOCAL_DISPLAY_NAME if self.is_local else self.name
+
+    @property
+    def secret_kind(self) -> str | None:
+        """The keyring secret this profile's authentication needs (``password``/``passphrase``)."""
+        return None if self.is_local else SECRET_KIND.get(self.auth)
+
+    def validate(self) -> None:
+        _check(isinstance(self.name, str) and bool(_NAME.fullmatch(self.name)), "name",
+               f"must be 1-64 letters, digits, '.', '_' or '-' and start with a letter or digit, got {self.name!r}")
+        _check(isinstance(self.notes, str), "notes", "must be text")
+        _check(self.price_per_hour is None or (isinstance(self.price_per_hour, (int, float))
+                                               and not isinstance(self.price_per_hour, bool)
+                                               and self.price_per_hour >= 0),
+               "price_per_hour", f"must be a number >= 0 or empty, got {self.price_per_hour!r}")
+        _check(isinstance(self.nccl_env, dict), "nccl_env", "must map environment variable names to text values")
+        for key, value in self.nccl_env.items():
+            problem = env_problem(key, value)
+            _check(problem is None, "nccl_env", problem)
+        _check(isinstance(self.python, str) and "\n" not in self.python, "python", "must be one line")
+        _check(isinstance(self.run_root, str) and "\n" not in self.run_root, "run_root", "must be one line")
+        if self.is_local:
+            return
+        _check(isinstance(self.hostname, str) and bool(_HOSTNAME.match(self.hostname))
+               and not self.hostname.startswith("-"), "hostname",
+               f"must be a host name or address without spaces, got {self.hostname!r}")
+        _check(isinstance(self.port, int) and not isinstance(self.port, bool) and 1 <= self.port <= 65535,
+               "port", f"must be 1-65535, got {self.port!r}")
+        _check(isinstance(self.user, str) and bool(_USER.match(self.user)) and not self.user.startswith("-"),
+               "user", f"must be a login name without spaces, got {self.user!r}")
+        _check(self.auth in AUTH_METHODS, "auth", f"must be one of {', '.join(AUTH_METHODS)}, got {self.auth!r}")
+        if self.auth in ("key", "key_passphrase"):
+            _check(bool(self.key_file), "key_file", f"authentication {self.auth!r} needs a key file")
+        _check(self.key_file is None or (isinstance(self.key_file, str) and "\n" not in self.key_file),
+               "key_file", "must be a path")
+        _check(isinstance(self.proxy_jump, list) and all(isinstance(h, str) for h in self.proxy_jump),
+               "proxy_jump", "must be a list of jump hosts")
+        for hop in self.proxy_jump:
+            _check(hop != self.name, "proxy_jump", f"{self.name!r} cannot be its own jump host")
+            _check(bool(_NAME.fullmatch(hop)) or bool(_HOP.fullmatch(hop)), "proxy_jump",
+                   f"{hop!r} is neither a profile name nor user@host:port")
+        _check(bool(self.python.strip()), "python", "must name the remote Python interpreter, e.g. python3")
+        _check(self.run_root == "~" or self.run_root.startswith(("/", "~/")), "run_root",
+               f"must be an absolute path or start with ~/, got {self.run_root!r}")
+        _check(self.rdzv_address is None or (isinstance(self.rdzv_address, str) and bool(_HOP.match(self.rdzv_address))
+                                             and "@" not in self.rdzv_address),
+               "rdzv_address", f"must be host or host:port, got {self.rdzv_address!r}")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> HostProfile:
+        """A profile from its JSON object; a :class:`HostError` names the field at fault."""
+        if not isinstance(data, dict):
+            raise HostError("hosts", f"each host must be an object, got {shown(data)}")
+        unknown = sorted(set(data) - set(_FIELD_TYPES))
+        if unknown:
+            raise HostError(unknown[0], "unknown field (this version of ddpgui knows "
+                                        f"{', '.join(_FIELD_TYPES)})")
+        if "name" not in data:
+            raise HostError("name", "a host has no name")
+        for name, value in data.items():
+            kind, ok = _FIELD_TYPES[name]
+            if not ok(value):
+                raise HostError(name, f"must be {kind} (got {shown(value)})")
+        return cls(**data)
+
+
+def shown(value: object) -> str:
+    """A value as a message about the hosts file quotes it: as JSON, cut at 60 characters."""
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, (int, float, str, list, dict, type(None))) \
+        else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: The JSON type of each profile field: (what the message calls it, the check).
+_FIELD_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "name": ("a string", _is_str), "hostname": ("a string", _is_str), "port": ("an integer", _is_int),
+    "user": ("a string", _is_str), "auth": ("a string", _is_str),
+    "key_file": ("a string or null", lambda v: v is None or _is_str(v)),
+    "proxy_jump": ("a list of strings", lambda v: isinstance(v, list) and all(map(_is_str, v))),
+    "python": ("a string", _is_str), "run_root": ("a string", _is_str),
+    "price_per_hour": ("a number or null", lambda v: v is None or (isinstance(v, (int, float))
+                                                                   and not isinstance(v, bool))),
+    "notes": ("a string", _is_str),
+    "nccl_env": ("an object of strings", lambda v: isinstance(v, dict) and all(map(_is_str, v.values()))),
+    "rdzv_address": ("a string or null", lambda v: v is None or _is_str(v)),
+}
+
+
+class HostsFileError(HostError):
+    """The hosts file cannot be used as it is: the message names the file, and the host and field at fault."""
+
+    def __init__(self, path: Path, message: str, host: str | None = None, field_name: str = "hosts",
+                 hint: str = ""):
+        super().__init__(field_name, message, hint or f"fix {path} by hand, or move it aside (for example to "
+                                                      f"{path.name}.broken) to start over with no host profiles")
+        where = f"hosts file {path}" + (f": host {host}" if host else "")
+        where += f", field \"{field_name}\"" if host and field_name != "hosts" else ""
+        self.args = (f"{where}: {message}",)
+        self.path = path
+        self.host = host
+
+
+def _check(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise HostError(field_name, message)
+
+
+def local_profile() -> HostProfile:
+    """The built-in "This computer": the app's own Python, runs under the data dir."""
+    return HostProfile(name=LOCAL, hostname="localhost", python="", run_root="")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One SSH login on the way to a host (jump hosts first, the host itself last)."""
+
+    label: str
+    hostname: str
+    port: int
+    user: str
+    auth: str
+    key_file: str | None
+    #: the profile whose keyring secrets this hop uses (for an ad-hoc hop: the profile that lists it)
+    secrets_profile: str
+
+
+def parse_hop(text: str) -> tuple[str, str, int]:
+    """``[user@]host[:port]`` (IPv6 in brackets) as (user, host, port)."""
+    m = _HOP.match(text)
+    if not m:
+        raise HostError("proxy_jump", f"{text!r} is not user@host:port")
+    host = m["host"][1:-1] if m["host"].startswith("[") else m["host"]
+    port = int(m["port"]) if m["port"] else 22
+    if not 1 <= port <= 65535:
+        raise HostError("proxy_jump", f"port {port} in {text!r} is not 1-65535")
+    return m["user"] or "", host, port
+
+
+def hop_of(profile: HostProfile) -> Hop:
+    """The login into the profile's own host (the last hop of its route)."""
+    return Hop(label=profile.name, hostname=profile.hostname, port=profile.port, user=profile.user,
+               auth=profile.auth, key_file=profile.key_file, secrets_profile=profile.name)
+
