@@ -95,7 +95,8 @@ def _create_run_dir(run_dir: str, config: bytes) -> Optional[int]:
     mkdir is atomic, on NFS too: of two clients that chose the same directory in a run
     root they share, one creates it and the other is refused; no config is overwritten.
     """
-    from .status import CONFIG, atomic_write
+    from .fsutil import atomic_write
+    from .status import CONFIG
 
     try:
         os.makedirs(os.path.dirname(run_dir), mode=0o700, exist_ok=True)
@@ -295,7 +296,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         # The host refused a file operation (a full disk, a directory removed under us): our own message as JSON
         # instead of a traceback the client would have to guess from.
         from .failures import os_error_text
-        from .status import NO_SPACE
+        from .fsutil import NO_SPACE
 
         error, hint = os_error_text(exc)
         return _refuse(error, hint, failure="disk_full" if exc.errno in NO_SPACE else "os_error")

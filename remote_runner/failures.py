@@ -16,8 +16,9 @@ from typing import Optional
 
 from . import capabilities
 from .capabilities import MIN_TORCH
+from .fsutil import NO_SPACE
 from .spools import STDERR, STDOUT
-from .status import NO_SPACE, read_status
+from .status import read_status
 
 #: How much of the end of each log is read.
 TAIL_BYTES = 65536

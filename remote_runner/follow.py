@@ -21,8 +21,9 @@ import sys
 import time
 from typing import BinaryIO, Optional
 
+from .fsutil import NO_SPACE
 from .spools import RECORD_SPOOLS, SPOOLS
-from .status import FINAL_STATES, NO_SPACE, STATUS, read_status
+from .status import FINAL_STATES, STATUS, read_status
 from .supervisor import reconcile
 
 #: Seconds between heartbeats when nothing else is sent (lets the client notice a dead link).

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from .status import pid_alive
+from .fsutil import pid_alive
 
 PIDS_DIR = "pids"
 

@@ -10,7 +10,8 @@ import os
 import time
 from typing import Optional
 
-from .status import FINAL_STATES, NO_SPACE, release_reserve
+from .fsutil import NO_SPACE
+from .status import FINAL_STATES, release_reserve
 
 METRICS = "metrics.jsonl"
 TELEMETRY = "telemetry.jsonl"

@@ -5,13 +5,13 @@ then frees the run's reserve (``.reserve``, written at launch) and tries again,
 and as a last resort overwrites status.json in place (its blocks are already
 allocated), so a run's end is recorded whatever filled the disk.
 """
-import errno
 import json
 import os
 import socket
-import tempfile
 import time
 from typing import Optional
+
+from .fsutil import NO_SPACE, atomic_write, overwrite_in_place
 
 STATUS = "status.json"
 CONFIG = "config.json"
@@ -22,11 +22,9 @@ FINAL_STATES = ("finished", "failed", "stopped")
 
 
 #: A file of this many bytes is kept in each run directory and deleted when the disk is full, so the
-#: run's end can still be written (see :func:`write_status` and ``metrics.append_event``).
+#: run's end can still be written (see :func:`write_status` and ``spools.append_event``).
 RESERVE = ".reserve"
 RESERVE_BYTES = 256 << 10
-#: The errors of a full disk (or a full quota).
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def write_status(run_dir: str, **fields: object) -> dict:
@@ -79,37 +77,6 @@ def release_reserve(run_dir: str) -> bool:
         return False
 
 
-def overwrite_in_place(path: str, data: bytes) -> None:
-    """Write ``data`` over the start of ``path`` and cut it there: needs no new blocks while it is no longer
-    than the file's (a reader may see a mix for a moment and reads it again; only for a full disk)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never a part.
-
-    A temp file beside it, fsync, chmod, rename.  (The app writes its own files with it too.)
-    """
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def read_status(run_dir: str) -> Optional[dict]:
     """The run's status, or None when the run has not written one yet."""
     try:
@@ -132,19 +99,3 @@ def runs_elsewhere(status: Optional[dict]) -> Optional[str]:
     host = (status or {}).get("host")
     return host if host and host != this_host() else None
 
-
-def pid_alive(pid: Optional[int]) -> bool:
-    """Whether a process with this pid exists (and is not a zombie) on this host."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True

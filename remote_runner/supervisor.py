@@ -311,7 +311,7 @@ def record_end(run_dir: str, state: str, **fields: object) -> dict:
 
 
 def status_of_end_event(event: dict) -> dict:
-    """The status fields of a run's final event (``metrics.FINAL_EVENTS``)."""
+    """The status fields of a run's final event (``spools.FINAL_EVENTS``)."""
     return {"state": event["event"], "ended_at": event.get("t"), "exit_code": event.get("exit_code"),
             "failure": event.get("failure"), "message": event.get("message") or "", "hint": event.get("hint") or "",
             "failed_rank": event.get("rank")}
@@ -334,7 +334,7 @@ def reconcile(run_dir: str) -> Optional[dict]:
     A run whose status names another host (a run root shared by several machines) is
     that host's to judge: its pid means nothing here, so its status is returned as it is.
     """
-    from .status import pid_alive
+    from .fsutil import pid_alive
 
     status = read_status(run_dir)
     if status is None or status.get("state") in FINAL_STATES or runs_elsewhere(status):

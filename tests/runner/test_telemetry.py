@@ -12,8 +12,8 @@ import pytest
 from helpers.gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
 
 from remote_runner import telemetry
+from remote_runner.fsutil import pid_alive
 from remote_runner.spools import TELEMETRY
-from remote_runner.status import pid_alive
 from remote_runner.telemetry import (
     SMI_FIELDS,
     CpuSampler,

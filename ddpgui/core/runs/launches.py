@@ -1,4 +1,4 @@
-"""A launch in progress, as the run store records it, and one that never completed.
+"""Launch bookkeeping for single- and multi-node launch: who is launching a run, a failed launch, the script upload.
 
 While a run is ``launching`` its row holds, in ``environment["launcher"]``, the
 process that launches it (pid, process start time, this machine's name) and
@@ -7,7 +7,9 @@ launching a run right now, so a ``launching`` run is taken for abandoned only
 when its launcher is provably gone: same machine, and that pid no longer runs
 the process that started the launch.  Such a run is marked failed
 (``launch_incomplete``) with the step it stopped at; it can then be stopped,
-deleted and rerun like any ended run.
+deleted and rerun like any ended run.  A launch that fails is recorded by
+:func:`launch_failed` (``launch_failed``); a script run's folder is uploaded by
+:func:`upload_script`.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import os
 import socket
 import time
 
-from remote_runner.status import pid_alive
+from remote_runner.fsutil import pid_alive
 
 from ..store import RunRecord, RunStore
 
@@ -92,3 +94,21 @@ def being_launched(record: RunRecord) -> str:
     """"pid P on H (STAGE)" for a run another live process is launching right now."""
     info = launcher_of(record)
     return f"pid {info.get('pid')} on {info.get('host')} ({info.get('stage') or 'launching'})"
+
+
+def launch_failed(store: RunStore, run_id: str, exc: BaseException, **columns: object) -> RunRecord:
+    """Mark the run failed (``launch_failed``) with what ``exc`` says; ``columns`` are stored with it."""
+    if isinstance(exc, Exception):
+        message, hint = describe(exc)
+    else:  # Ctrl-C, or the process is being ended
+        message, hint = "the launch was interrupted before it finished", f"rerun it (ddpgui rerun {run_id})"
+    return store.update_run(run_id, state="failed", message=message, hint=hint, failure="launch_failed",
+                            ended_at=time.time(), **columns)
+
+
+def upload_script(target: Target, cfg: RunConfig, progress: Progress | None = None) -> None:
+    """Upload a script run's folder to ``target`` and point ``cfg.script`` at it there (a new script object:
+    the nodes of a multi-node run share the one they were copied from)."""
+    from ..targets.uploads import upload_script_dir
+
+    cfg.script = dataclasses.replace(cfg.script, dir=upload_script_dir(target, cfg.script.dir, progress=progress))

@@ -6,8 +6,8 @@ import select
 import subprocess
 import sys
 
+from remote_runner.fsutil import atomic_write
 from remote_runner.proctree import end_process
-from remote_runner.status import atomic_write
 
 from ..paths import data_dir
 from .base import CommandResult, Stream, Target

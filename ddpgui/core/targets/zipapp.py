@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import remote_runner
-from remote_runner.status import atomic_write
+from remote_runner.fsutil import atomic_write
 
 from ..paths import cache_dir
 
