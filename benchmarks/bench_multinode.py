@@ -21,9 +21,10 @@ CONFIG = {"workload": "linear", "steps": 20, "log_every": 1, "batch_size": 8, "d
 def _manager(root: Path, servers: list, keys: list):
     from ddpgui.core.hosts import HostProfile, HostStore
     from ddpgui.core.runs.manager import RunManager
+    from ddpgui.core.ssh.connection import SSHConnection
     from ddpgui.core.ssh.known_hosts import KnownHosts
     from ddpgui.core.store import RunStore
-    from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+    from ddpgui.core.targets.ssh import SSHTarget
 
     (root / "known_hosts").write_text("".join(s.known_hosts_lines() for s in servers))
     known = KnownHosts(shared_files=[root / "known_hosts"], app_file=root / "app_known_hosts")

@@ -39,9 +39,10 @@ def _start_sshd(root: Path, name: str = "bench", sftp: bool = True):
 def _manager(root: Path, server, key):
     from ddpgui.core.hosts import HostProfile, HostStore
     from ddpgui.core.runs.manager import RunManager
+    from ddpgui.core.ssh.connection import SSHConnection
     from ddpgui.core.ssh.known_hosts import KnownHosts
     from ddpgui.core.store import RunStore
-    from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+    from ddpgui.core.targets.ssh import SSHTarget
 
     (root / "known_hosts").write_text(server.known_hosts_lines())
     known = KnownHosts(shared_files=[root / "known_hosts"], app_file=root / "app_known_hosts")
@@ -183,8 +184,9 @@ def _spread(values: list[float]) -> str:
 def transfer_rates(root: Path, server, key, size: int = 4 * 2**20, repeats: int = 7) -> list[Row]:
     """Upload of one file over SFTP vs over the exec-channel fallback (an sshd without SFTP), interleaved."""
     from ddpgui.core.hosts import HostProfile, HostStore
+    from ddpgui.core.ssh.connection import SSHConnection
     from ddpgui.core.ssh.known_hosts import KnownHosts
-    from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+    from ddpgui.core.targets.ssh import SSHTarget
 
     plain, _ = _start_sshd(root, "nosftp", sftp=False)
     try:

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from remote_runner.config import env_problem
 
 from ..core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore, secrets
+from ..core.ssh.auth import SecretRequest
 from ..core.ssh.files import NO_SFTP_NOTE
 from ..core.ssh.known_hosts import HostKeyInfo
 from ..core.targets.base import Target, TargetError
 from ..core.targets.factory import check_python, open_target
-from ..core.targets.ssh import SecretRequest, SSHTarget
+from ..core.targets.ssh import SSHTarget
 from ..core.targets.zipapp import build_runner
 from .output import terminal_text
 

@@ -13,8 +13,8 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
 from ddpgui.core.hosts import secrets
+from ddpgui.core.ssh.auth import SecretRequest
 from ddpgui.core.ssh.known_hosts import HostKeyInfo
-from ddpgui.core.targets.ssh import SecretRequest
 
 from .dialogs.host_key import UnknownHostKeyDialog
 from .dialogs.secret import SecretDialog

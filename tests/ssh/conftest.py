@@ -26,8 +26,9 @@ import pytest
 from helpers.secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
 from ddpgui.core.hosts import HostProfile, HostStore
+from ddpgui.core.ssh.connection import SSHConnection
 from ddpgui.core.ssh.known_hosts import KnownHosts
-from ddpgui.core.targets.ssh import SSHConnection, SSHTarget
+from ddpgui.core.targets.ssh import SSHTarget
 
 SSHD = "/usr/sbin/sshd"
 IS_ROOT = os.geteuid() == 0

@@ -12,8 +12,10 @@ from helpers.secret_service import secret_service, secret_service_daemon  # noqa
 from helpers.secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 
 from ddpgui.core.hosts import secrets
+from ddpgui.core.ssh.auth import AuthenticationFailed
+from ddpgui.core.ssh.connection import HostUnreachable, SSHConnection
 from ddpgui.core.targets.base import TargetError
-from ddpgui.core.targets.ssh import AuthenticationFailed, HostUnreachable, SSHConnection, SSHTarget
+from ddpgui.core.targets.ssh import SSHTarget
 
 
 def _login(ssh_env, tmp_path, profile, **kwargs):

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from ddpgui.core.ssh.connection import CommandTimeout
 from ddpgui.core.targets.base import ConnectionLost, TargetError
-from ddpgui.core.targets.ssh import CommandTimeout
 from ddpgui.core.targets.zipapp import build_runner
 
 

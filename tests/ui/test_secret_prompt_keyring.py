@@ -7,7 +7,7 @@ from keyring.backend import KeyringBackend
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from ddpgui.core.hosts import secrets
-from ddpgui.core.targets.ssh import SecretRequest
+from ddpgui.core.ssh.auth import SecretRequest
 from ddpgui.ui.prompts import Prompts
 
 

@@ -1,10 +1,9 @@
-"""Logging in to one SSH hop: the methods of a profile, in order, and what was tried for the error message."""
+"""Logging in to one SSH hop: the methods of a profile, in order, the secrets they need, and what was tried."""
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import paramiko
 from paramiko.auth_strategy import AuthSource, InMemoryPrivateKey, Password
@@ -13,9 +12,6 @@ from ..hosts import Hop, secrets
 from ..targets.base import TargetError
 from .keys import KeyFileError, KeyNeedsPassphrase, WrongPassphrase, load_private_key
 from .known_hosts import fingerprint
-
-if TYPE_CHECKING:
-    from ..targets.ssh import SSHConnection
 
 
 @dataclass(frozen=True)
@@ -32,6 +28,36 @@ AskSecret = Callable[[SecretRequest], str | None]
 
 class AuthenticationFailed(TargetError):
     """The host refused every login method that was tried."""
+
+
+class SecretCache:
+    """The passwords and passphrases one connection's logins used: the keyring first, then ``ask_secret``."""
+
+    def __init__(self, ask_secret: AskSecret | None = None):
+        self.ask_secret = ask_secret
+        self._secrets: dict[tuple[str, str], str] = {}
+
+    def get(self, hop: Hop, kind: str, prompt: str) -> str:
+        key = (hop.secrets_profile, kind)
+        if key in self._secrets:
+            return self._secrets[key]
+        problem = ""
+        try:
+            value = secrets.get_secret(hop.secrets_profile, kind)
+        except secrets.SecretsUnavailable as exc:
+            value, problem = None, f" (the keyring is not usable: {exc})"
+        if value is None and self.ask_secret is not None:
+            value = self.ask_secret(SecretRequest(hop.secrets_profile, kind, prompt))
+        if not value:
+            field = "auth" if kind == secrets.PASSWORD else "key_file"
+            raise TargetError(f"no {kind} for host profile {hop.secrets_profile!r}{problem}",
+                              f"store it in the keyring: ddpgui hosts edit {hop.secrets_profile} --set-secret",
+                              field=field)
+        self._secrets[key] = value
+        return value
+
+    def forget(self, hop: Hop, kind: str) -> None:
+        self._secrets.pop((hop.secrets_profile, kind), None)
 
 
 def _describe(source: AuthSource) -> str:
@@ -65,9 +91,9 @@ class _KeyboardInteractive(AuthSource):
 class HopAuth(paramiko.AuthStrategy):
     """The login methods of one hop, in order; records what was tried for the error message."""
 
-    def __init__(self, conn: SSHConnection, hop: Hop, user: str):
+    def __init__(self, cache: SecretCache, hop: Hop, user: str):
         super().__init__(ssh_config=paramiko.SSHConfig())
-        self.conn, self.hop, self.user = conn, hop, user
+        self.cache, self.hop, self.user = cache, hop, user
         self.tried: list[str] = []
         self.allowed: list[str] = []
         self.used = ""
@@ -77,7 +103,7 @@ class HopAuth(paramiko.AuthStrategy):
         hop = self.hop
         if hop.auth == "password":
             def getter() -> str:
-                return self.conn._secret(hop, secrets.PASSWORD, f"Password for {self.user}@{hop.hostname}:")
+                return self.cache.get(hop, secrets.PASSWORD, f"Password for {self.user}@{hop.hostname}:")
 
             # Hosts that turned plain password auth off often still take it through keyboard-interactive.
             yield Password(self.user, getter) if "password" in self.allowed else _KeyboardInteractive(self.user, getter)
@@ -101,11 +127,11 @@ class HopAuth(paramiko.AuthStrategy):
         except KeyFileError as exc:
             raise TargetError(str(exc), f"check the key file of host profile {self.hop.secrets_profile!r}",
                               field="key_file") from None
-        passphrase = self.conn._secret(self.hop, secrets.PASSPHRASE, f"Passphrase for key {path}:")
+        passphrase = self.cache.get(self.hop, secrets.PASSPHRASE, f"Passphrase for key {path}:")
         try:
             return load_private_key(path, passphrase)
         except WrongPassphrase:
-            self.conn._forget(self.hop, secrets.PASSPHRASE)
+            self.cache.forget(self.hop, secrets.PASSPHRASE)
             raise TargetError(f"wrong passphrase for key file {path}",
                               f"store the right one: ddpgui hosts edit {self.hop.secrets_profile} --set-secret",
                               field="key_file") from None
@@ -129,7 +155,7 @@ class HopAuth(paramiko.AuthStrategy):
                 except paramiko.AuthenticationException:
                     self.tried.append(f"{_describe(source)} (rejected)")
                     if isinstance(source, (Password, _KeyboardInteractive)):
-                        self.conn._forget(self.hop, secrets.PASSWORD)
+                        self.cache.forget(self.hop, secrets.PASSWORD)
                     continue
                 except paramiko.SSHException as exc:
                     self.tried.append(f"{_describe(source)} ({exc})")

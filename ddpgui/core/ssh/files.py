@@ -16,14 +16,10 @@ import hashlib
 import json
 import posixpath
 import secrets as token
-from typing import TYPE_CHECKING
 
 import paramiko
 
-from ..targets.base import CommandResult, TargetError
-
-if TYPE_CHECKING:
-    from ..targets.ssh import SSHTarget
+from ..targets.base import CommandResult, Target, TargetError
 
 #: What the probe and ``hosts test`` say about a host without SFTP.
 NO_SFTP_NOTE = "SFTP not offered: using exec-channel transfers"
@@ -166,7 +162,7 @@ def _marked(result: CommandResult) -> dict | None:
     return None
 
 
-def _run(target: SSHTarget, what: str, snippet: str, args: list[str], stdin: bytes | None = None,
+def _run(target: Target, what: str, snippet: str, args: list[str], stdin: bytes | None = None,
          size: int = 0) -> tuple[CommandResult, dict | None]:
     """Run ``snippet`` with the profile's Python; a failure of the snippet's own raises OSError."""
     result = target.exec([target.python, "-c", snippet, *args], stdin=stdin,
@@ -187,7 +183,7 @@ def _run(target: SSHTarget, what: str, snippet: str, args: list[str], stdin: byt
                       "sshd_config)", field=cause.field)
 
 
-def exec_write(target: SSHTarget, files: list[tuple[str, bytes, int]], parents: bool = False) -> None:
+def exec_write(target: Target, files: list[tuple[str, bytes, int]], parents: bool = False) -> None:
     """Write each ``(path, data, mode)`` through one exec channel: a JSON header line, then the bytes, per file;
     ``parents``: make missing parent directories (0700) as well."""
     stream = bytearray()
@@ -200,7 +196,7 @@ def exec_write(target: SSHTarget, files: list[tuple[str, bytes, int]], parents: 
     _run(target, what, _WRITE, [], stdin=bytes(stream), size=len(stream))
 
 
-def exec_read(target: SSHTarget, path: str) -> bytes:
+def exec_read(target: Target, path: str) -> bytes:
     result, marked = _run(target, f"reading {path}", _READ, [path])
     data = result.stdout
     if marked is None or marked.get("sha256") != hashlib.sha256(data).hexdigest():
@@ -210,5 +206,5 @@ def exec_read(target: SSHTarget, path: str) -> bytes:
     return data
 
 
-def exec_makedirs(target: SSHTarget, path: str, mode: int) -> None:
+def exec_makedirs(target: Target, path: str, mode: int) -> None:
     _run(target, f"creating {path}", _MAKEDIRS, [path, f"{mode:o}"])

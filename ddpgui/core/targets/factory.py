@@ -5,10 +5,12 @@ import os
 from dataclasses import dataclass, field
 
 from ..hosts import HostStore
+from ..ssh.auth import AskSecret
+from ..ssh.connection import SSHConnection
 from ..ssh.known_hosts import ConfirmHostKey, KnownHosts
 from .base import Target
 from .local import LocalTarget
-from .ssh import AskSecret, SSHConnection, SSHTarget
+from .ssh import SSHTarget
 
 _PYTHON_SNIPPET = (
     "import importlib.util, json, platform, sys\n"
