@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager, RunUpdate
+from ddpgui.core.runs.workers import launch_on_nodes
 from ddpgui.core.ssh.known_hosts import HostKeyChanged, KnownHosts
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
@@ -29,7 +30,6 @@ from ddpgui.core.targets.uploads import collected_skips
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.sweep import SweepDialog
-from .nodes import launch_on_nodes
 from .prompts import Prompts
 from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
@@ -293,9 +293,9 @@ class MainWindow(QMainWindow):
         elif action == "export":
             folder = QFileDialog.getExistingDirectory(self, "Export runs as CSV")
             if folder:
-                from ddpgui.core.outputs.points import export_csv
+                from ddpgui.core.outputs.points import write_points_csv
 
-                self.workers.start(export_csv, self.store, run_ids, Path(folder),
+                self.workers.start(write_points_csv, self.store, run_ids, Path(folder),
                                    on_return=lambda paths: self.statusBar().showMessage(
                                        f"Exported {', '.join(p.name for p in paths)} to {folder}", 8000))
         elif action == "delete":

@@ -1,6 +1,7 @@
 """A multi-node run's state is the worst of its nodes'; the node that failed first is named, not its echo."""
 from ddpgui.core.hosts import HostProfile, local_profile
-from ddpgui.core.runs.multinode import NodeState, endpoint, first_failure, outcome, rendezvous_address
+from ddpgui.core.runs.multinode import endpoint, rendezvous_address
+from ddpgui.core.runs.nodes import NodeState, first_failure, outcome
 
 KILLED = dict(state="failed", failure="killed", message="Rank 2 was killed with SIGKILL.", hint="check dmesg",
               failed_rank=2, exit_code=1)

@@ -10,7 +10,7 @@ import venv
 import pytest
 from helpers.spools import wait_for
 
-from ddpgui.core.runs.config import make_config, start_run
+from ddpgui.core.runs.config import make_config
 from ddpgui.core.runs.protocol import Chunk, End, parse_records
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.local import LocalTarget
@@ -65,8 +65,8 @@ def _no_process_left(run_dir):
 def test_two_process_run_through_the_zipapp(target):
     cfg = make_config({"workload": "mlp", "nproc_per_node": 2, "steps": 30, "warmup_steps": 5,
                        "telemetry_interval_s": 0.25})
-    result = start_run(target, cfg)
-    assert result.uploaded_bytes == 0  # deployed by the fixture: nothing to upload again
+    assert target.deploy(build_runner()) == 0  # deployed by the fixture: nothing to upload again
+    result = target.launch(cfg)
     records, logs, end = _follow_all(target, result.run_dir)
     assert end.ended and end.status["state"] == "finished", end.status
     steps = [r["step"] for r in records["metrics.jsonl"]]
@@ -85,7 +85,7 @@ def test_two_process_run_through_the_zipapp(target):
 def test_stop_leaves_no_process(target):
     cfg = make_config({"workload": "mlp", "nproc_per_node": 2, "minutes": 10.0, "num_workers": 1,
                        "stop_grace_s": 5.0})
-    run_dir = start_run(target, cfg).run_dir
+    run_dir = target.launch(cfg).run_dir
     assert wait_for(lambda: os.path.exists(os.path.join(run_dir, "metrics.jsonl"))), "no metrics within 2 min"
     assert len(_run_processes(run_dir)) >= 3  # supervisor, torchrun and the ranks (and DataLoader workers)
     status = target.stop(run_dir)
@@ -99,7 +99,7 @@ def test_stop_leaves_no_process(target):
 def test_one_rank_failing_ends_the_run_with_its_rank_named(target):
     cfg = make_config({"workload": "linear", "nproc_per_node": 2, "steps": 500,
                        "env": {"DDPGUI_TEST_FAIL_RANK": "1", "DDPGUI_TEST_FAIL_STEP": "5"}})
-    run_dir = start_run(target, cfg).run_dir
+    run_dir = target.launch(cfg).run_dir
     records, logs, end = _follow_all(target, run_dir)
     status = end.status
     assert status["state"] == "failed"
@@ -110,7 +110,7 @@ def test_one_rank_failing_ends_the_run_with_its_rank_named(target):
 
 def test_nccl_without_cuda_fails_with_a_hint(target):
     cfg = make_config({"workload": "linear", "nproc_per_node": 1, "steps": 5, "backend": "nccl"})
-    run_dir = start_run(target, cfg).run_dir
+    run_dir = target.launch(cfg).run_dir
     _, _, end = _follow_all(target, run_dir)
     assert end.status["state"] == "failed" and end.status["failure"] == "nccl_unavailable"
     assert "gloo" in end.status["hint"]
@@ -125,7 +125,7 @@ def test_a_busy_default_port_does_not_fail_the_run(target):
             pass  # already taken by someone else: just as good for this test
         busy.listen()
         cfg = make_config({"workload": "linear", "nproc_per_node": 2, "steps": 5})
-        _, _, end = _follow_all(target, start_run(target, cfg).run_dir)
+        _, _, end = _follow_all(target, target.launch(cfg).run_dir)
     assert end.status["state"] == "finished" and end.status["rdzv_port"] != 29500
 
 
@@ -141,7 +141,7 @@ def test_bad_config_is_refused_before_anything_starts(target):
 
 def test_launching_twice_is_refused(target):
     cfg = make_config({"workload": "linear", "steps": 3})
-    run_dir = start_run(target, cfg).run_dir
+    run_dir = target.launch(cfg).run_dir
     written = open(os.path.join(run_dir, "config.json"), "rb").read()
     with pytest.raises(TargetError, match="already exists: another launch chose the same run id") as info:
         target.launch(dataclasses.replace(cfg, steps=5))
@@ -168,7 +168,7 @@ def test_interpreter_without_torch_is_refused_with_a_hint(tmp_path):
 
 def test_status_of_a_run_whose_supervisor_was_killed(target):
     cfg = make_config({"workload": "mlp", "minutes": 10.0})
-    result = start_run(target, cfg)
+    result = target.launch(cfg)
     assert wait_for(lambda: os.path.exists(os.path.join(result.run_dir, "metrics.jsonl")))
     os.kill(result.pid, 9)
     assert wait_for(lambda: target.status(result.run_dir)["state"] == "failed", 30)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ddpgui.core.runs.config import make_config, start_run
+from ddpgui.core.runs.config import make_config
 from ddpgui.core.runs.protocol import End
 from ddpgui.core.targets.base import TargetError
 from ddpgui.core.targets.local import LocalTarget
@@ -33,7 +33,7 @@ def target(tmp_path):
 @pytest.fixture
 def ended_run(target):
     """A real run directory whose run has finished here."""
-    run_dir = start_run(target, make_config({"workload": "linear", "steps": 3, "nproc_per_node": 1})).run_dir
+    run_dir = target.launch(make_config({"workload": "linear", "steps": 3, "nproc_per_node": 1})).run_dir
     ends = [m for m in target.follow(run_dir) if isinstance(m, End)]
     assert ends and ends[0].status["state"] == "finished"
     return run_dir

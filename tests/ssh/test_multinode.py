@@ -19,7 +19,7 @@ from ddpgui.cli import main as cli_main
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.paths import config_dir
 from ddpgui.core.runs.manager import RunManager
-from ddpgui.core.runs.multinode import node_states
+from ddpgui.core.runs.nodes import node_states
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner import proctree

@@ -1,4 +1,4 @@
-"""Starting runs on a target: run ids, configs, deploy + launch."""
+"""Run configs: fresh run ids, default names, validated configs from settings, a run's settings in one line."""
 from __future__ import annotations
 
 import secrets
@@ -6,9 +6,6 @@ import shlex
 import time
 
 from remote_runner.config import RunConfig, config_from_dict
-
-from ..targets.base import LaunchResult, Progress, Target
-from ..targets.zipapp import build_runner
 
 
 def new_run_id() -> str:
@@ -42,9 +39,3 @@ def make_config(settings: dict) -> RunConfig:
         cfg.name = default_name(cfg)
     return cfg
 
-
-def start_run(target: Target, cfg: RunConfig, progress: Progress | None = None) -> LaunchResult:
-    """Deploy the runner (skipped when the host has it) and launch ``cfg`` detached on ``target``."""
-    uploaded = target.deploy(build_runner(), progress)
-    result = target.launch(cfg)
-    return LaunchResult(run_dir=result.run_dir, pid=result.pid, uploaded_bytes=uploaded)

@@ -2,7 +2,7 @@
 
 One :class:`HostFollower` thread per host connection waits on all of the host's
 streams (channels multiplexed on one SSH connection, or local pipes) with one
-``select``; each read's chunks go to the :class:`~ddpgui.core.runs.manager.RunManager`,
+``select``; each read's chunks go to its :class:`FollowSink` (the RunManager's handlers),
 which stores them with their offsets in one transaction.  A dropped link is
 reconnected with a backoff that grows to a cap; a follow the runner itself ends
 with an error is retried a few times and then ends its run with that error.
@@ -15,14 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ..store import RunRecord, StoreGapError
+from ..store import RunRecord, RunStore, StoreGapError
 from ..targets.base import ConnectionLost, Stream, TargetError
+from ..targets.pool import TargetPool
 from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError, RunnerFailed
-
-if TYPE_CHECKING:
-    from .manager import RunManager
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +49,16 @@ class RunUpdate:
 Listener = Callable[[RunUpdate], None]
 
 
+@dataclass
+class FollowSink:
+    """Where a follower hands what its streams deliver (the RunManager's handlers)."""
+
+    chunks: Callable[[str, int, list[Chunk]], None]  # one read's chunks of (run, node): store them, tell listeners
+    heartbeat: Callable[[str, Heartbeat], None]  # (run, beat)
+    ended: Callable[[str, int, dict], None]  # (run, node, final status)
+    emit: Listener  # an update that is no run's records (the host's link dropped)
+
+
 class _Follow:
     """One (run, node) being followed: its stream and decoder."""
 
@@ -66,9 +73,9 @@ class _Follow:
 class HostFollower(threading.Thread):
     """Follows every active run of one host through that host's one connection."""
 
-    def __init__(self, manager: RunManager, host: str):
+    def __init__(self, host: str, targets: TargetPool, store: RunStore, sink: FollowSink):
         super().__init__(name=f"follow-{host}", daemon=True)
-        self.manager, self.host = manager, host
+        self.host, self.targets, self.store, self.sink = host, targets, store, sink
         self._lock = threading.Lock()
         self._pending: list[_Follow] = []
         self._follows: dict[tuple[str, int], _Follow] = {}
@@ -97,7 +104,7 @@ class HostFollower(threading.Thread):
             except (TargetError, OSError, ProtocolError) as exc:  # ConnectionLost is a TargetError
                 failures += 1
                 log.warning("following runs on %s: %s (retry %d)", self.host, exc, failures)
-                self.manager._emit(RunUpdate(run_id="", host=self.host, connection="lost"))
+                self.sink.emit(RunUpdate(run_id="", host=self.host, connection="lost"))
                 self._reset_all()
                 self._halt.wait(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
             except Exception:  # never let the follower die silently: log and retry
@@ -116,11 +123,11 @@ class HostFollower(threading.Thread):
         pending = [f for f in pending if f.not_before <= now]
         if not pending:
             return
-        target = self.manager.target(self.host)
+        target = self.targets.target(self.host)
         for follow in pending:
             key = (follow.run_id, follow.node)
             if key not in self._follows:
-                offsets = self.manager.store.offsets(follow.run_id, follow.node)
+                offsets = self.store.offsets(follow.run_id, follow.node)
                 follow.stream = target.stream(target.follow_command(follow.run_dir, offsets))
                 follow.last_data = time.monotonic()
                 self._follows[key] = follow
@@ -167,7 +174,7 @@ class HostFollower(threading.Thread):
         log.warning("following run %s on %s: %s (%d time(s))", follow.run_id, self.host, exc, times)
         if times >= FOLLOW_FAILURE_LIMIT:
             self._runner_errors.pop(key, None)
-            self.manager._run_ended(follow.run_id, follow.node, {
+            self.sink.ended(follow.run_id, follow.node, {
                 "state": "failed", "failure": exc.failure or "follow_failed", "ended_at": time.time(),
                 "message": f"following the run on {self.host} failed {times} times in a row: {exc}",
                 "hint": exc.hint or "look at the run directory on the host; ddpgui stop ends the run if it still runs"})
@@ -179,7 +186,7 @@ class HostFollower(threading.Thread):
         chunks = [m for m in messages if isinstance(m, Chunk)]
         if chunks:
             try:
-                self.manager._store_chunks(follow.run_id, follow.node, chunks)
+                self.sink.chunks(follow.run_id, follow.node, chunks)
             except StoreGapError:
                 # The stream and the store disagree (e.g. a chunk stored by another follower): start over
                 # from what the store holds.
@@ -189,12 +196,12 @@ class HostFollower(threading.Thread):
             if isinstance(message, End):
                 self._finish(follow, message)
             elif isinstance(message, Heartbeat):
-                self.manager._heartbeat(follow.run_id, message)
+                self.sink.heartbeat(follow.run_id, message)
 
     def _finish(self, follow: _Follow, end: End) -> None:
         self._close(follow)
         if end.ended:
-            self.manager._run_ended(follow.run_id, follow.node, end.status)
+            self.sink.ended(follow.run_id, follow.node, end.status)
 
     def _restart(self, follow: _Follow) -> None:
         self._close(follow)
@@ -210,7 +217,7 @@ class HostFollower(threading.Thread):
         """Drop every stream (and the connection); each run is followed again from the stored offsets."""
         follows = list(self._follows.values())
         self._close_all()
-        self.manager.drop_target(self.host)
+        self.targets.drop(self.host)
         with self._lock:
             self._pending = [_Follow(f.run_id, f.node, f.run_dir) for f in follows] + self._pending
 

@@ -13,13 +13,17 @@ deleted and rerun like any ended run.  A launch that fails is recorded by
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
 
+from remote_runner.config import RunConfig
 from remote_runner.fsutil import pid_alive
 
+from ..errors import describe
 from ..store import RunRecord, RunStore
+from ..targets.base import Progress, Target
 
 #: What a launch is doing, in the words of the "launch did not finish" message.
 STAGE_CONNECTING = "connecting to the host and deploying the runner"

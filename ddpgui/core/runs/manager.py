@@ -1,5 +1,7 @@
-"""RunManager: launch runs, follow every active one into the store, reconnect, reattach, stop.
+"""RunManager: launch runs, follow every active one into the store, reattach, stop and delete them, tell listeners.
 
+Connections, the runner's deployment and probes are its :class:`~ddpgui.core.targets.pool.TargetPool`'s
+(shared with multi-node launch, ddpgui.core.runs.multinode).
 One :class:`~ddpgui.core.runs.follower.HostFollower` thread per host connection reads the ``follow``
 streams of all that host's active runs (channels multiplexed on one SSH
 connection, or local pipes), waiting on all of them with one ``select``.  Each
@@ -18,30 +20,19 @@ from collections.abc import Callable, Iterable
 from remote_runner.config import ConfigError, RunConfig, config_from_dict
 from remote_runner.status import FINAL_STATES
 
-from ..errors import describe
 from ..hosts import HostStore
 from ..store import RunRecord, RunStore
 from ..targets.base import Progress, Target, TargetError
-from ..targets.zipapp import RunnerPackage, build_runner
+from ..targets.pool import OpenTarget, TargetPool
+from ..targets.zipapp import RunnerPackage
 from . import launches, multinode
 from .config import make_config
-from .follower import HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate and Listener are re-exported)
+from .follower import FollowSink, HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate, Listener re-exported)
 from .multinode import Preflight
+from .nodes import failure_columns, first_failure, node_states, outcome
 from .protocol import Chunk, Heartbeat
 
 log = logging.getLogger(__name__)
-
-OpenTarget = Callable[[str], Target]
-
-
-def environment_fingerprint(probe: dict) -> dict:
-    """What a comparison must know about where a run ran (from the probe report)."""
-    torch = probe.get("torch") or {}
-    gpus = probe.get("gpus") or []
-    return {"hostname": probe.get("hostname"), "gpu": gpus[0]["name"] if gpus else None, "gpu_count": len(gpus),
-            "driver": probe.get("driver_version"), "cuda": torch.get("cuda_build"), "torch": torch.get("version"),
-            "nccl": (torch.get("nccl") or {}).get("version"), "python": (probe.get("python") or {}).get("version"),
-            "cpu": probe.get("cpu_model"), "cpu_count": probe.get("cpu_count")}
 
 
 class RunManager:
@@ -50,55 +41,33 @@ class RunManager:
     def __init__(self, store: RunStore, hosts: HostStore, open_target: OpenTarget,
                  package: RunnerPackage | None = None):
         self.store, self.hosts = store, hosts
-        self._open_target = open_target
-        self._package = package
-        self._targets: dict[str, Target] = {}
-        self._deployed: set[str] = set()
-        self._probes: dict[str, dict] = {}
+        self.targets = TargetPool(open_target, package)
         self._followers: dict[str, HostFollower] = {}
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
         self._ended = threading.Condition(self._lock)
+        self._sink = FollowSink(self._store_chunks, self._heartbeat, self._run_ended, self._emit)
 
-    # ---- targets -------------------------------------------------------------------------
+    # ---- targets (the pool's, named here for the app, the CLI and the sweeps) ------------
     @property
     def package(self) -> RunnerPackage:
-        if self._package is None:
-            self._package = build_runner()
-        return self._package
+        return self.targets.package
 
     def target(self, host: str, progress: Progress | None = None) -> Target:
         """The host's target with the runner deployed (one connection per host, reused)."""
-        with self._lock:
-            target = self._targets.get(host)
-            if target is None:
-                target = self._targets[host] = self._open_target(host)
-            if host not in self._deployed:
-                target.deploy(self.package, progress)
-                self._deployed.add(host)
-            return target
+        return self.targets.target(host, progress)
 
     def drop_target(self, host: str) -> None:
         """Forget a host's connection (after it dropped); the next use reconnects."""
-        with self._lock:
-            target = self._targets.pop(host, None)
-            self._deployed.discard(host)
-        if target is not None:
-            try:
-                target.close()
-            except Exception:  # closing a dead connection may fail; it is gone either way
-                pass
+        self.targets.drop(host)
 
     def probe(self, host: str) -> dict:
         """The host's probe report (probed once per manager)."""
-        with self._lock:
-            if host not in self._probes:
-                self._probes[host] = self.target(host).probe()
-            return self._probes[host]
+        return self.targets.probe(host)
 
     def environment(self, host: str) -> dict:
         """The host's environment fingerprint (probed once per manager)."""
-        return environment_fingerprint(self.probe(host))
+        return self.targets.environment(host)
 
     # ---- listeners -----------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -131,21 +100,14 @@ class RunManager:
         try:
             target = self.target(host, progress)
             if cfg.mode == "script":
-                from ..targets.uploads import upload_script_dir
-
                 self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_UPLOADING))
-                cfg.script.dir = upload_script_dir(target, cfg.script.dir, progress=progress)
+                launches.upload_script(target, cfg, progress)
                 self.store.update_run(cfg.run_id, config=cfg.to_dict())
             environment = self.environment(host)
             self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_STARTING))
             result = target.launch(cfg)
         except BaseException as exc:
-            if isinstance(exc, Exception):
-                message, hint = describe(exc)
-            else:  # Ctrl-C, or the process is being ended
-                message, hint = "the launch was interrupted before it finished", f"rerun it (ddpgui rerun {cfg.run_id})"
-            self.store.update_run(cfg.run_id, state="failed", message=message, hint=hint, failure="launch_failed",
-                                  ended_at=time.time())
+            launches.launch_failed(self.store, cfg.run_id, exc)
             raise
         record = self.store.update_run(cfg.run_id, state="starting", run_dirs={0: result.run_dir},
                                        environment=environment, started_at=time.time())
@@ -159,14 +121,15 @@ class RunManager:
         """Check a multi-node run before launching it (every node reachable, processes, rendezvous port);
         raises TargetError naming the node; the result's ``warnings`` (e.g. torch versions differ) are for the user.
         ``say`` hears each check as it starts (progress text)."""
-        return multinode.preflight(self, hosts, settings if isinstance(settings, RunConfig) else make_config(settings),
-                                   say)
+        return multinode.preflight(self.targets, self.hosts, hosts,
+                                   settings if isinstance(settings, RunConfig) else make_config(settings), say)
 
     def launch_nodes(self, hosts: list[str], settings: dict | RunConfig, progress: Progress | None = None,
                      follow: bool = True, checked: Preflight | None = None, sweep_id: str | None = None) -> RunRecord:
         """One run across ``hosts`` (node 0 first, it hosts the rendezvous): preflight unless ``checked``,
         then launch every node; nothing is created when the preflight fails (see ddpgui.core.runs.multinode)."""
-        record = multinode.launch_nodes(self, hosts, settings, progress, checked, sweep_id)
+        record = multinode.launch_nodes(self.targets, self.store, self.hosts, hosts, settings, progress, checked,
+                                        sweep_id)
         self._emit(RunUpdate(record.id, run=record))
         if follow:
             self.follow(record.id)
@@ -196,7 +159,7 @@ class RunManager:
             with self._lock:
                 follower = self._followers.get(host)
                 if follower is None or not follower.is_alive():
-                    follower = self._followers[host] = HostFollower(self, host)
+                    follower = self._followers[host] = HostFollower(host, self.targets, self.store, self._sink)
                     follower.start()
             follower.add(run_id, int(node), run_dir)
 
@@ -269,13 +232,13 @@ class RunManager:
             "message": status.get("message") or "", "hint": status.get("hint") or "",
             "failure": status.get("failure"), "exit_code": status.get("exit_code"), "rank": status.get("failed_rank")})
         record = self.store.get_run(run_id)
-        states = multinode.node_states(self.store, record, {node: status})
+        states = node_states(self.store, record, {node: status})
         if status.get("state") == "failed":
             running = [s.node for s in states if not s.final]
             if running:
                 threading.Thread(target=self._stop_nodes, args=(record, running), daemon=True).start()
-            record = self.store.update_run(run_id, **multinode.failure_columns(multinode.first_failure(states)))
-        final = multinode.outcome(states)
+            record = self.store.update_run(run_id, **failure_columns(first_failure(states)))
+        final = outcome(states)
         if final is not None:
             record = self.store.update_run(run_id, **final)
         self._announce_end(run_id, node, record)
@@ -288,7 +251,7 @@ class RunManager:
 
     def _stop_nodes(self, record: RunRecord, nodes: list[int]) -> None:
         try:
-            multinode.stop_nodes(self, record, nodes)
+            multinode.stop_nodes(self.targets, record, nodes)
         except TargetError as exc:
             log.warning("run %s: %s", record.id, exc)
 
@@ -320,7 +283,7 @@ class RunManager:
                 self._announce_end(run_id, 0, record)
             return record
         if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
-            multinode.stop_nodes(self, record, list(record.run_dirs))
+            multinode.stop_nodes(self.targets, record, list(record.run_dirs))
             status = {"state": "stopped"}
         else:
             for node, run_dir in record.run_dirs.items():
@@ -376,8 +339,5 @@ class RunManager:
             follower.stop()
         for follower in followers:
             follower.join(timeout=5)
-        with self._lock:
-            hosts = list(self._targets)
-        for host in hosts:
-            self.drop_target(host)
+        self.targets.close()
 

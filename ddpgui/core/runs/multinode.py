@@ -1,4 +1,4 @@
-"""One run across several hosts: preflight, launch, and the state of each node.
+"""One run across several hosts: the preflight, the launch and the stop of its nodes, on a TargetPool.
 
 Node 0 hosts torchrun's rendezvous (its static TCPStore, see
 ``remote_runner.supervisor``); every node gets the same runner (by hash), the
@@ -7,6 +7,7 @@ and its profile's ``nccl_env``.  ADDRESS is node 0 as the other nodes reach it
 (the profile's ``rdzv_address``, else its hostname, 127.0.0.1 for this
 computer); PORT is picked free on node 0 by the preflight, which also proves
 that each other node can connect to it (docs/PROTOCOL.md, "Multi-node").
+The state of each node, once launched, is ddpgui.core.runs.nodes.
 """
 from __future__ import annotations
 
@@ -17,20 +18,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from remote_runner.config import RunConfig
-from remote_runner.status import FINAL_STATES
 
 from ..errors import describe
-from ..hosts import HostProfile, parse_hop
+from ..hosts import HostProfile, HostStore, parse_hop
 from ..store import RunRecord, RunStore
 from ..targets.base import Progress, Stream, Target, TargetError
+from ..targets.pool import TargetPool
 from . import launches
 from .config import make_config
-
-if TYPE_CHECKING:
-    from .manager import RunManager
 
 #: How long node 0's listener waits for the other nodes' checks.
 LISTEN_TIMEOUT_S = 60.0
@@ -46,30 +43,6 @@ class Preflight:
     endpoint: str
     probes: list[dict]
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class NodeState:
-    """One node of a run, from the events it wrote (its supervisor records how it ended)."""
-
-    node: int
-    host: str
-    run_dir: str
-    state: str = "starting"
-    message: str = ""
-    hint: str = ""
-    failure: str | None = None
-    failed_rank: int | None = None
-    exit_code: int | None = None
-    t: float | None = None
-
-    @property
-    def final(self) -> bool:
-        return self.state in FINAL_STATES
-
-    @property
-    def label(self) -> str:
-        return f"node {self.node} ({self.host})"
 
 
 def max_processes(probe: dict | None) -> tuple[int, str]:
@@ -96,10 +69,10 @@ def _node_error(node: int, host: str, what: str, exc: BaseException) -> TargetEr
     return TargetError(f"node {node} ({host}) {what}: {message}", hint or "fix that host, then launch again")
 
 
-def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig, say: Callable[[str], None] | None = None
-              ) -> Preflight:
-    """Check every node before anything starts; raises TargetError naming the node and what to do.
-    ``say`` hears what is being checked ("checking node 1 (B) can reach node 0 (A) at ADDRESS:PORT")."""
+def preflight(pool: TargetPool, profiles: HostStore, hosts: list[str], cfg: RunConfig,
+              say: Callable[[str], None] | None = None) -> Preflight:
+    """Check every node (``hosts``, profiles in ``profiles``) before anything starts; raises TargetError naming
+    the node and what to do.  ``say`` hears what is being checked ("checking node 1 (B) can reach node 0 (A) at ADDRESS:PORT")."""
     say = say or (lambda text: None)
     if len(hosts) < 2:
         raise TargetError("a multi-node run needs at least two hosts", "name two or more host profiles, node 0 first")
@@ -107,14 +80,14 @@ def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig, say: Callab
     if twice:
         raise TargetError(f"host {twice[0]!r} is named twice", "each node must be a different host profile (make a "
                           "second profile with another run root to run two nodes on one machine)")
-    profiles = [manager.hosts.get(h) for h in hosts]  # an unknown profile fails here
+    node_profiles = [profiles.get(h) for h in hosts]  # an unknown profile fails here
     targets: list[Target] = []
     probes: list[dict] = []
     for i, host in enumerate(hosts):
         say(f"connecting to node {i} ({host})…")
         try:
-            targets.append(manager.target(host))
-            probes.append(manager.probe(host))
+            targets.append(pool.target(host))
+            probes.append(pool.probe(host))
         except Exception as exc:
             raise _node_error(i, host, "is not reachable", exc) from exc
     warnings = []
@@ -134,7 +107,7 @@ def preflight(manager: RunManager, hosts: list[str], cfg: RunConfig, say: Callab
         raise TargetError("some nodes have GPUs and some do not: " + ", ".join(
             f"node {i} ({h}): {max_processes(p)[1]}" for i, (h, p) in enumerate(zip(hosts, probes))),
             "all nodes must use the same device and backend: choose hosts alike, or set device cpu")
-    address, port = rendezvous_address(profiles[0])
+    address, port = rendezvous_address(node_profiles[0])
     say(f"opening the rendezvous port on node 0 ({hosts[0]})…")
     port, token, listener = _listen(targets[0], hosts[0], port, len(hosts) - 1)
     try:
@@ -194,8 +167,9 @@ def node_configs(cfg: RunConfig, profiles: list[HostProfile], rdzv_endpoint: str
             for i, profile in enumerate(profiles)]
 
 
-def launch_nodes(manager: RunManager, hosts: list[str], settings: dict | RunConfig, progress: Progress | None = None,
-                 checked: Preflight | None = None, sweep_id: str | None = None) -> RunRecord:
+def launch_nodes(pool: TargetPool, store: RunStore, profiles: HostStore, hosts: list[str], settings: dict | RunConfig,
+                 progress: Progress | None = None, checked: Preflight | None = None, sweep_id: str | None = None
+                 ) -> RunRecord:
     """Preflight (unless ``checked``), then start the run on every node, node 0 first (RunManager.launch_nodes).
 
     A node that cannot be launched stops those already started; the run is then
@@ -204,49 +178,44 @@ def launch_nodes(manager: RunManager, hosts: list[str], settings: dict | RunConf
     cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
     cfg = dataclasses.replace(cfg, nnodes=1, node_rank=0, rdzv_endpoint=None)  # the per-node fields come below
     if checked is None or checked.hosts != list(hosts):
-        checked = preflight(manager, hosts, cfg)
-    configs = node_configs(cfg, [manager.hosts.get(h) for h in hosts], checked.endpoint)
-    fingerprints = [manager.environment(h) for h in hosts]
+        checked = preflight(pool, profiles, hosts, cfg)
+    configs = node_configs(cfg, [profiles.get(h) for h in hosts], checked.endpoint)
+    fingerprints = [pool.environment(h) for h in hosts]
     # launcher: who launches it, so a launch whose app was closed mid-way is known abandoned (core/launches.py)
     environment = dict(fingerprints[0], nodes=fingerprints, warnings=checked.warnings,
                        **launches.launcher(launches.STAGE_NODES))
     # The run's settings: node 0's config without any profile's environment (a rerun adds each node's again).
     settings_of_run = dataclasses.replace(configs[0], env=dict(cfg.env))
-    manager.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=settings_of_run.to_dict(),
-                             state="launching", total_steps=cfg.steps, environment=environment, sweep_id=sweep_id)
+    store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=settings_of_run.to_dict(),
+                     state="launching", total_steps=cfg.steps, environment=environment, sweep_id=sweep_id)
     run_dirs: dict[int, str] = {}
     for i, (host, node_cfg) in enumerate(zip(hosts, configs)):
         try:
-            target = manager.target(host, progress)
+            target = pool.target(host, progress)
             if node_cfg.mode == "script":
-                from ..targets.uploads import upload_script_dir
-
-                node_cfg.script = dataclasses.replace(node_cfg.script, dir=upload_script_dir(
-                    target, cfg.script.dir, progress=progress))
+                launches.upload_script(target, node_cfg, progress)
             run_dirs[i] = target.launch(node_cfg).run_dir
         except Exception as exc:
             error = _node_error(i, host, "could not be launched", exc)
             try:
-                stop_nodes(manager, RunRecord(cfg.run_id, hosts=hosts, run_dirs=run_dirs), list(run_dirs))
+                stop_nodes(pool, RunRecord(cfg.run_id, hosts=hosts, run_dirs=run_dirs), list(run_dirs))
             except TargetError as stop_error:
                 error.hint += f"; also, {stop_error}"
-            message, hint = describe(error)
-            manager.store.update_run(cfg.run_id, state="failed", message=message, hint=hint,
-                                     failure="launch_failed", ended_at=time.time(), run_dirs=run_dirs)
+            launches.launch_failed(store, cfg.run_id, error, run_dirs=run_dirs)
             raise error from exc
         # Recorded node by node: after a crash here, reattach follows what did start (it ends by itself
         # when the other nodes never join, after rdzv_timeout_s).
-        manager.store.update_run(cfg.run_id, run_dirs=run_dirs)
-    return manager.store.update_run(cfg.run_id, state="starting", started_at=time.time())
+        store.update_run(cfg.run_id, run_dirs=run_dirs)
+    return store.update_run(cfg.run_id, state="starting", started_at=time.time())
 
 
-def stop_nodes(manager: RunManager, record: RunRecord, nodes: list[int]) -> None:
+def stop_nodes(pool: TargetPool, record: RunRecord, nodes: list[int]) -> None:
     """Stop these nodes of the run, all at once; a node that cannot be reached is logged, not raised."""
     errors: list[str] = []
 
     def stop(node: int) -> None:
         try:
-            manager.target(record.hosts[node]).stop(record.run_dirs[node])
+            pool.target(record.hosts[node]).stop(record.run_dirs[node])
         except Exception as exc:
             errors.append(f"node {node} ({record.hosts[node]}): {exc}")
 
@@ -258,50 +227,3 @@ def stop_nodes(manager: RunManager, record: RunRecord, nodes: list[int]) -> None
     if errors:
         raise TargetError("could not stop " + "; ".join(errors), "stop the run again once the host is reachable")
 
-
-def node_states(store: RunStore, record: RunRecord, statuses: dict[int, dict] | None = None) -> list[NodeState]:
-    """Each node's state from the events its supervisor wrote (stored per node), or from its final
-    status.json in ``statuses`` (what the follow stream's end carries)."""
-    states = []
-    for node, run_dir in sorted(record.run_dirs.items()):
-        state = NodeState(node, record.hosts[node], run_dir)
-        events = store.events(record.id, node)
-        if any(e.get("event") in ("started", "train_start") for e in events):
-            state.state = "running"
-        ends = [(e["event"], e.get("t"), e.get("rank"), e) for e in events if e.get("event") in FINAL_STATES]
-        status = (statuses or {}).get(node) or {}
-        if status.get("state") in FINAL_STATES:
-            ends.append((status["state"], status.get("ended_at"), status.get("failed_rank"), status))
-        if ends:
-            state.state, state.t, state.failed_rank, fields = ends[-1]
-            state.message, state.hint = fields.get("message") or "", fields.get("hint") or ""
-            state.failure, state.exit_code = fields.get("failure"), fields.get("exit_code")
-        states.append(state)
-    return states
-
-
-def first_failure(states: list[NodeState]) -> NodeState | None:
-    """The node whose failure caused the others': a node whose ranks only lost their peers is an echo."""
-    failed = sorted((s for s in states if s.state == "failed"), key=lambda s: (s.failure == "peer_lost", s.t or 0))
-    return failed[0] if failed else None
-
-
-def outcome(states: list[NodeState]) -> dict | None:
-    """The run's final columns once every node has ended (None before): the worst node's state, named."""
-    if not all(s.final for s in states):
-        return None
-    cause = first_failure(states)
-    ended_at = max(s.t or 0 for s in states) or time.time()
-    stopped = [s for s in states if s.state == "stopped"]
-    if cause is not None and (cause.failure != "peer_lost" or not stopped):
-        return dict(failure_columns(cause), state="failed", exit_code=cause.exit_code, ended_at=ended_at)
-    # A stop on request ends the others' ranks too: their lost peers are not a failure.
-    shown = stopped[0] if stopped else states[0]
-    return {"state": shown.state, "message": shown.message if stopped else "", "hint": shown.hint if stopped else "",
-            "exit_code": shown.exit_code, "failure": None, "failed_rank": None, "ended_at": ended_at}
-
-
-def failure_columns(node: NodeState) -> dict:
-    """The run's message, hint and failure fields for a failed node (named first)."""
-    return {"message": f"{node.label} failed: {node.message}", "hint": node.hint, "failure": node.failure,
-            "failed_rank": node.failed_rank}

@@ -1,6 +1,6 @@
 """Live dashboard of one or several runs (overlaid): header, loss, throughput, device use, log tail, Stop.
 
-A run's stored series are read on a worker thread (:func:`load_trace`); live updates
+A run's stored series are read on a worker thread (:func:`~ddpgui.core.runs.traces.load_trace`); live updates
 that arrive meanwhile are queued and replayed after it by ``seq``, so nothing is shown
 twice or lost.  Curves redraw on a timer (at most 20 Hz) as exact per-pixel envelopes.
 A multi-node run shows each node's telemetry ("node 1 GPU 0"), each node's state in
@@ -8,11 +8,8 @@ the header, and one node's log tail at a time (node 0 first).
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
@@ -32,242 +29,20 @@ from PySide6.QtWidgets import (
 
 from ddpgui.core.runs.live import LiveRun, format_duration, format_rate
 from ddpgui.core.runs.manager import RunUpdate
-from ddpgui.core.runs.multinode import NodeState, node_states
-from ddpgui.core.store import RunNotFound, RunRecord, RunStore
+from ddpgui.core.runs.nodes import NodeState, node_line, node_states
+from ddpgui.core.runs.traces import TraceData, load_logs, load_trace
+from ddpgui.core.store import RunNotFound, RunStore
+from remote_runner.spools import EVENTS
 
-from ..nodes import node_line
-from ..plots.buffer import SeriesBuffer, SmoothedBuffer
 from ..plots.live_plot import PALETTE, LivePlot
+from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
 
 #: Redraw period: at most 20 Hz whatever the data rate.
 REDRAW_MS = 50
 LOG_LINES = 2000
-DEVICE_METRICS = {"GPU utilization %": "util_pct", "GPU memory GiB": "mem_used_gib", "GPU power W": "power_w",
-                  "GPU temperature °C": "temp_c"}
-CPU_METRICS = {"cpu_pct": "host CPU %", "proc_cpu_pct": "run's processes CPU %"}
 X_AXES = ("step", "elapsed", "wall clock")
 #: After a multi-node run ended, re-read node states this often, this many times, until every node has ended.
 NODE_RETRY_MS, NODE_RETRIES = 1000, 30
-RECORD_SPOOLS = ("metrics.jsonl", "telemetry.jsonl", "events.jsonl")
-LOG_SPOOLS = ("stdout.log", "stderr.log")
-
-
-def alpha_of(slider_value: int) -> float:
-    """Slider 0 (no smoothing) .. 99 (heavy) → EMA weight of the newest point."""
-    return max(0.005, 1.0 - slider_value / 100.0)
-
-
-@dataclass
-class TraceData:
-    """What the store holds for a run, read off the GUI thread."""
-
-    run: RunRecord
-    metrics: dict[str, np.ndarray]
-    telemetry: dict[int, dict[str, np.ndarray]]  # node → its series
-    events: list[dict]
-    logs: dict[str, bytes]  # node 0's
-    last_seq: dict[tuple[str, int], int] = field(default_factory=dict)  # (spool, node) → last seq read
-    nodes: list[NodeState] = field(default_factory=list)  # a multi-node run's nodes
-
-
-def load_logs(store: RunStore, run_id: str, node: int = 0) -> dict[str, bytes]:
-    """The log tails of one node of a run (a worker reads them)."""
-    return {spool: store.log_tail(run_id, spool, node) for spool in LOG_SPOOLS}
-
-
-def load_trace(store: RunStore, run_id: str) -> TraceData:
-    """Read a run's series, events and log tails (runs on a worker thread: SQLite and numpy only)."""
-    run = store.get_run(run_id)
-    metrics = store.series(run_id, "metrics.jsonl")
-    nodes = sorted(run.run_dirs) or [0]
-    telemetry = {node: store.series(run_id, "telemetry.jsonl", node) for node in nodes}
-    events = store.events(run_id)
-    last_seq = {}
-    for spool, node, columns in (("metrics.jsonl", 0, metrics), *(("telemetry.jsonl", n, telemetry[n]) for n in nodes)):
-        seq = columns.get("seq")
-        last_seq[spool, node] = int(seq[-1]) if seq is not None and len(seq) else -1
-    for node in nodes:
-        host_events = events if len(nodes) == 1 else store.events(run_id, node)
-        last_seq["events.jsonl", node] = max((int(e["seq"]) for e in host_events if e.get("seq", -1) >= 0),
-                                             default=-1)
-    states = node_states(store, run) if len(nodes) > 1 else []
-    return TraceData(run, metrics, telemetry, events, load_logs(store, run_id), last_seq, states)
-
-
-class RunTrace:
-    """One run on the dashboard: its live numbers and its curves' buffers.
-
-    Loss points are kept with both their step and their time, so the x axis can switch
-    between step, elapsed time (since the run's first host timestamp) and wall clock.
-    """
-
-    def __init__(self, run_id: str, color: str, alpha: float):
-        self.run_id = run_id
-        self.color = color
-        self.name = run_id
-        self.script = False  # the user's own script: it may print no throughput, and its length may be unknown
-        self.live = LiveRun()
-        self.t0: float | None = None
-        self.loaded = False
-        self.pending: list[RunUpdate] = []
-        self.loss = SmoothedBuffer(alpha=alpha)
-        self.loss_step_t = SeriesBuffer()  # x: step, y: host time of each loss point
-        self.throughput = SeriesBuffer()
-        self.device: dict[tuple[str, int, int], SeriesBuffer] = {}  # (metric, gpu or -1 for CPU, node)
-        self.gpu_names: dict[tuple[int, int], str] = {}  # (node, gpu) → name
-        self.nodes: list[NodeState] = []  # a multi-node run's nodes (empty for one node)
-        self.nodes_asked = 0  # node-state reads asked for, so only the newest one is shown
-        self.nodes_retries = 0  # re-reads after the run ended while a node's end was not stored yet
-        self.log_node = 0  # whose log tail is shown
-        self.logs_loading = False  # its stored tail is being read: live lines are in it
-        self.logs: list[str] = []
-
-    @property
-    def multinode(self) -> bool:
-        return len(self.nodes) > 1
-
-    def time_x(self, t, x_axis: str):
-        """Host time(s) ``t`` (a number or an array) on the time axis: as they are, or since the run's start."""
-        return t if x_axis == "wall clock" else t - (self.t0 or 0.0)
-
-    def apply(self, data: TraceData, x_axis: str) -> None:
-        """Fill the buffers from the stored series (vectorised: one extend per curve)."""
-        run, metrics, telemetry = data.run, data.metrics, data.telemetry
-        cfg = run.config or {}
-        self.name = run.name or run.id
-        self.script = cfg.get("mode") == "script"
-        self.live = LiveRun(total_steps=run.total_steps, total_minutes=cfg.get("minutes"), state=run.state,
-                            message=run.message, hint=run.hint, summary=run.summary or {})
-        self.nodes = data.nodes
-        if (run.environment or {}).get("gpu"):
-            self.gpu_names[0, 0] = run.environment["gpu"]
-        starts = [e["t"] for e in data.events if e.get("event") == "started" and e.get("t")]
-        for columns in (metrics, *telemetry.values()):
-            if len(columns.get("t", ())):
-                starts.append(float(columns["t"][0]))
-        self.t0 = min(starts) if starts else None
-        warm_t = None
-        steps = metrics.get("step")
-        if steps is not None and len(steps):
-            train = np.ones(len(steps), dtype=bool)
-            phase = metrics.get("phase")
-            if phase is not None and phase.dtype == object:
-                train = phase != "inference"
-            t = metrics["t"][train]
-            loss = metrics.get("loss", np.full(len(train), np.nan))[train]
-            self.loss_step_t.extend(steps[train], t)
-            self.loss.extend(steps[train] if x_axis == "step" else self.time_x(t, x_axis), loss)
-            rate = metrics.get("samples_per_s")
-            if rate is not None:
-                self.throughput.extend(self.time_x(t, x_axis), rate[train])
-            self.live.step = int(steps[-1])
-            for key in ("loss", "samples_per_s", "mem_peak_gib"):
-                if key in metrics and metrics[key].dtype == np.float64 and metrics[key][-1] == metrics[key][-1]:
-                    setattr(self.live, key, float(metrics[key][-1]))
-            self.live.started_t = float(metrics["t"][0])
-            self.live.last_t = float(metrics["t"][-1])
-            self.live.first_metric = (float(metrics["t"][0]), int(steps[0]))
-            warmup = metrics.get("warmup")
-            past = np.ones(len(t), dtype=bool) if warmup is None else np.array(
-                [v is False or v == 0 for v in warmup[train].tolist()], dtype=bool)
-            if past.any():
-                self.live.warm, warm_t = True, float(t[past][0])
-        for event in data.events:
-            self.live.add_event(event)
-        self.live.state, self.live.message, self.live.hint = run.state, run.message, run.hint
-        for node, columns in telemetry.items():
-            if len(columns.get("t", ())):
-                self._load_telemetry(columns, x_axis, warm_t, node)
-        self.set_logs(data.logs)
-        self.loaded = True
-
-    def set_logs(self, logs: dict[str, bytes]) -> None:
-        self.logs = [logs[s].decode("utf-8", "replace").rstrip("\n") for s in LOG_SPOOLS if logs.get(s)]
-
-    def _load_telemetry(self, telemetry: dict[str, np.ndarray], x_axis: str, warm_t: float | None,
-                        node: int = 0) -> None:
-        t = self.time_x(telemetry["t"], x_axis)
-        kinds = telemetry.get("kind")
-        is_gpu = kinds == "gpu" if kinds is not None else np.zeros(len(t), dtype=bool)
-        groups = [(-1, ~is_gpu, CPU_METRICS)]
-        if is_gpu.any():
-            gpu_ids = np.nan_to_num(telemetry.get("gpu", np.zeros(len(t))), nan=0.0).astype(int)
-            names = telemetry.get("name")
-            for gpu in np.unique(gpu_ids[is_gpu]).tolist():
-                rows = is_gpu & (gpu_ids == gpu)
-                named = [n for n in names[rows] if n] if names is not None else []
-                if named:
-                    self.gpu_names[node, gpu] = named[-1]
-                groups.append((gpu, rows, DEVICE_METRICS.values()))
-            util = telemetry.get("util_pct")
-            if util is not None and util.dtype == np.float64 and warm_t is not None:
-                after = is_gpu & ~np.isnan(util) & (telemetry["t"] >= warm_t)
-                self.live.util_sum += float(util[after].sum())  # over every node's GPUs
-                self.live.util_n += int(after.sum())
-        for gpu, rows, metrics in groups:
-            for metric in metrics:
-                values = telemetry.get(metric)
-                if values is None or values.dtype != np.float64:
-                    continue
-                keep = rows & ~np.isnan(values)
-                if keep.any():
-                    self.device.setdefault((metric, gpu, node), SeriesBuffer()).extend(t[keep], values[keep])
-
-    def add_records(self, spool: str, records: list[dict], x_axis: str, node: int = 0) -> tuple[bool, bool, bool]:
-        """Live records (of ``node``) into the buffers; returns (metrics changed, device changed, new device curve)."""
-        metrics_changed = device_changed = new_curve = False
-        for rec in records:
-            self.live.add(spool, rec)
-            t = rec.get("t")
-            if self.t0 is None and t is not None:
-                self.t0 = t
-            if spool == "metrics.jsonl" and rec.get("step") is not None and rec.get("phase") != "inference":
-                t = time.time() if t is None else t
-                loss = rec.get("loss")
-                self.loss_step_t.append(rec["step"], t)
-                self.loss.append(rec["step"] if x_axis == "step" else self.time_x(t, x_axis),
-                                 np.nan if loss is None else loss)
-                if rec.get("samples_per_s") is not None:
-                    self.throughput.append(self.time_x(t, x_axis), rec["samples_per_s"])
-                metrics_changed = True
-            elif spool == "telemetry.jsonl":
-                device_changed = True
-                new_curve |= self._add_telemetry(rec, x_axis, node)
-        return metrics_changed, device_changed, new_curve
-
-    def _add_telemetry(self, rec: dict, x_axis: str, node: int = 0) -> bool:
-        t = self.time_x(float(rec.get("t", time.time())), x_axis)
-        if rec.get("kind") == "gpu":
-            gpu = int(rec.get("gpu", 0) or 0)
-            if rec.get("name"):
-                self.gpu_names[node, gpu] = rec["name"]
-            metrics = DEVICE_METRICS.values()
-        else:
-            gpu, metrics = -1, CPU_METRICS
-        new = False
-        for metric in metrics:
-            value = rec.get(metric)
-            if value is None or (isinstance(value, float) and value != value):
-                continue
-            key = (metric, gpu, node)
-            if key not in self.device:
-                self.device[key] = SeriesBuffer()
-                new = True
-            self.device[key].append(t, value)
-        return new
-
-    def set_x_axis(self, old: str, new: str) -> None:
-        """Move every buffer to another x axis (vectorised)."""
-        if old == new:
-            return
-        shift = (self.t0 or 0.0) * ((new == "wall clock") - (old == "wall clock"))
-        if new == "step":
-            self.loss.set_x(self.loss_step_t.x)
-        else:
-            self.loss.set_x(self.time_x(self.loss_step_t.y, new))
-        if shift:
-            for buffer in (self.throughput, *self.device.values()):
-                buffer.set_x(buffer.x + shift)
 
 
 class Dashboard(QWidget):
@@ -631,7 +406,7 @@ class Dashboard(QWidget):
                 live.summary = run.summary
         # a node can end after the run's state was set (a stop marks the run first): read again until all have
         lagging = update.run is not None and not update.run.active and not all(n.final for n in trace.nodes)
-        if trace.multinode and (changed or lagging or update.records.get("events.jsonl")):
+        if trace.multinode and (changed or lagging or update.records.get(EVENTS)):
             self._refresh_nodes(trace)
         self._header_dirty = True
 

@@ -1,11 +1,10 @@
-"""Multi-node runs in the app: the launch worker and the per-node state line (Qt-free, run on workers)."""
+"""Qt-free worker functions the app runs on its worker threads: launching one run on several nodes."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ddpgui.core.runs.manager import RunManager
-from ddpgui.core.runs.multinode import NodeState
-from ddpgui.core.targets.uploads import collected_skips
+from ..targets.uploads import collected_skips
+from .manager import RunManager
 
 
 def launch_on_nodes(manager: RunManager, hosts: list[str], settings: dict,
@@ -24,9 +23,3 @@ def launch_on_nodes(manager: RunManager, hosts: list[str], settings: dict,
     if skipped:
         yield list(checked.warnings) + sorted(set(skipped))
     return record
-
-
-def node_line(states: list[NodeState]) -> str:
-    """``node 0 (A): running · node 1 (B): failed — why`` for a dashboard header."""
-    return "   ·   ".join(f"{s.label}: {s.state}" + (f" — {s.message}" if s.state == "failed" and s.message else "")
-                          for s in states)

@@ -1,0 +1,84 @@
+"""TargetPool: one connected target per host, the runner deployed once, each host probed once.
+
+The RunManager (single-node launch, following, stopping, deleting) and
+multi-node launch (ddpgui.core.runs.multinode) share one pool, so a host used
+by both is connected, deployed to and probed only once.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from .base import Progress, Target
+from .zipapp import RunnerPackage, build_runner
+
+OpenTarget = Callable[[str], Target]
+
+
+def environment_fingerprint(probe: dict) -> dict:
+    """What a comparison must know about where a run ran (from the probe report)."""
+    torch = probe.get("torch") or {}
+    gpus = probe.get("gpus") or []
+    return {"hostname": probe.get("hostname"), "gpu": gpus[0]["name"] if gpus else None, "gpu_count": len(gpus),
+            "driver": probe.get("driver_version"), "cuda": torch.get("cuda_build"), "torch": torch.get("version"),
+            "nccl": (torch.get("nccl") or {}).get("version"), "python": (probe.get("python") or {}).get("version"),
+            "cpu": probe.get("cpu_model"), "cpu_count": probe.get("cpu_count")}
+
+
+class TargetPool:
+    """The hosts' targets, opened on first use by ``open_target(host)`` and reused; thread-safe."""
+
+    def __init__(self, open_target: OpenTarget, package: RunnerPackage | None = None):
+        self._open_target = open_target
+        self._package = package
+        self._targets: dict[str, Target] = {}
+        self._deployed: set[str] = set()
+        self._probes: dict[str, dict] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def package(self) -> RunnerPackage:
+        """The runner zipapp deployed to every host (built on first use unless given)."""
+        if self._package is None:
+            self._package = build_runner()
+        return self._package
+
+    def target(self, host: str, progress: Progress | None = None) -> Target:
+        """The host's target with the runner deployed (one connection per host, reused)."""
+        with self._lock:
+            target = self._targets.get(host)
+            if target is None:
+                target = self._targets[host] = self._open_target(host)
+            if host not in self._deployed:
+                target.deploy(self.package, progress)
+                self._deployed.add(host)
+            return target
+
+    def drop(self, host: str) -> None:
+        """Forget a host's connection (after it dropped); the next use reconnects."""
+        with self._lock:
+            target = self._targets.pop(host, None)
+            self._deployed.discard(host)
+        if target is not None:
+            try:
+                target.close()
+            except Exception:  # closing a dead connection may fail; it is gone either way
+                pass
+
+    def probe(self, host: str) -> dict:
+        """The host's probe report (probed once per pool)."""
+        with self._lock:
+            if host not in self._probes:
+                self._probes[host] = self.target(host).probe()
+            return self._probes[host]
+
+    def environment(self, host: str) -> dict:
+        """The host's environment fingerprint (probed once per pool)."""
+        return environment_fingerprint(self.probe(host))
+
+    def close(self) -> None:
+        """Close every connection (the next use of a host reconnects)."""
+        with self._lock:
+            hosts = list(self._targets)
+        for host in hosts:
+            self.drop(host)
