@@ -4,9 +4,11 @@ import json
 import math
 
 import pytest
+import torch
 
-from remote_runner import train
-from remote_runner.train import PrecisionError, percentile
+from remote_runner import devices, hooks, infer, train
+from remote_runner.devices import PrecisionError
+from remote_runner.infer import percentile
 
 #: Small and short: a 2-process run of any workload takes seconds on 2 CPU cores.
 BASE = {"steps": 20, "batch_size": 8, "dataset_size": 512, "log_every": 1, "warmup_steps": 3}
@@ -124,7 +126,7 @@ def test_inference_reports_every_precision(torchrun):
 
 @pytest.mark.slow
 def test_one_rank_failing_ends_the_run(torchrun):
-    env = {train.FAIL_RANK_ENV: "1", train.FAIL_STEP_ENV: "4"}
+    env = {hooks.FAIL_RANK_ENV: "1", hooks.FAIL_STEP_ENV: "4"}
     result = torchrun(dict(BASE, workload="mlp", steps=1000, rank_failure_timeout_s=30), 2, env=env)
     assert result.returncode != 0
     error = result.error(1)
@@ -187,18 +189,18 @@ def test_inference_needs_a_step_count(make_run_dir, single_rank_env):
 
 
 def test_precision_refusals_are_plain_words():
-    env = train.Env(0, 0, 1, train.torch.device("cpu"), "gloo")
+    env = devices.Env(0, 0, 1, torch.device("cpu"), "gloo")
     with pytest.raises(PrecisionError, match="tf32 is a tensor-core mode"):
-        train.check_precision("tf32", env)
-    train.check_precision("bf16", env)  # CPU autocast always has bf16
-    assert isinstance(train.cpu_fp16_autocast(), bool)
+        devices.check_precision("tf32", env)
+    devices.check_precision("bf16", env)  # CPU autocast always has bf16
+    assert isinstance(devices.cpu_fp16_autocast(), bool)
 
 
 def test_int8_off_cpu_needs_torchao():
     if importlib.util.find_spec("torchao") is not None:
         pytest.skip("torchao is installed here, so int8 off the CPU goes through it")
     with pytest.raises(RuntimeError, match="install torchao"):
-        train.int8_model(train.torch.nn.Linear(2, 2), "cuda")
+        infer.int8_model(torch.nn.Linear(2, 2), "cuda")
 
 
 def test_percentile_is_nearest_rank():
