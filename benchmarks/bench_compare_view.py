@@ -23,7 +23,8 @@ def run() -> list[Row]:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from ddpgui.ui.widgets.compare import CompareView, compute_comparison
+    from ddpgui.core.analysis.comparison import compute_comparison
+    from ddpgui.ui.widgets.compare import CompareView
 
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:

@@ -50,15 +50,15 @@ def run() -> list[Row]:
         cpu = time.process_time()
         comparison = analysis.compare([analysis.run_stats(store, r) for r in ids], baseline=ids[0])
         stats_s = time.process_time() - cpu
-        figures.export(comparison, store, Path(tmp) / "warm", figures=("throughput",))  # imports matplotlib
+        figures.write_figures(comparison, store, Path(tmp) / "warm", figures=("throughput",))  # imports matplotlib
         loss, loss_wall, every = [], [], []
         for k in range(REPEATS):
             wall, cpu = time.perf_counter(), time.process_time()
-            figures.export(comparison, store, Path(tmp) / f"loss{k}", figures=("loss",))
+            figures.write_figures(comparison, store, Path(tmp) / f"loss{k}", figures=("loss",))
             loss.append(time.process_time() - cpu)
             loss_wall.append(time.perf_counter() - wall)
             cpu = time.process_time()
-            figures.export(comparison, store, Path(tmp) / f"all{k}")
+            figures.write_figures(comparison, store, Path(tmp) / f"all{k}")
             every.append(time.process_time() - cpu)
         store.close()
     load = os.getloadavg()[0]

@@ -247,11 +247,11 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..core.outputs.points import export_csv
+    from ..core.outputs.points import write_points_csv
 
     with RunStore() as store:
         runs = [_find_run(store, text) for text in args.runs]
-        paths = export_csv(store, [r.id for r in runs], Path(args.out))
+        paths = write_points_csv(store, [r.id for r in runs], Path(args.out))
     for path in paths:
         print(path)
     return EXIT_OK

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from ..core import analysis
 from ..core.hosts import HostStore
-from ..core.outputs import figures, report
+from ..core.outputs import export
 from ..core.store import RunRecord, RunStore
 from .output import terminal_text
 
-ALL_FORMATS = figures.FORMATS + report.FORMATS
+ALL_FORMATS = export.FORMATS
 
 
 def add_compare_command(sub: argparse._SubParsersAction) -> None:
@@ -88,13 +88,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         baseline = _find_run(store, args.baseline).id if args.baseline else runs[0].id
         if baseline not in {r.id for r in runs}:
             runs.insert(0, store.get_run(baseline))
-        n_steps = args.steps or analysis.common_steps(runs)
-        stats = [analysis.run_stats(store, r.id, analysis.run_price_per_hour(r, hosts), n_steps) for r in runs]
-        comparison = analysis.compare(stats, baseline)
-        out = Path(args.out)
-        written = figures.export(comparison, store, out, [f for f in formats if f in figures.FORMATS], args.width,
-                                 args.x, args.dpi, args.caption)
-        written.extend(report.export(comparison, store, out, [f for f in formats if f in report.FORMATS]))
+        comparison = analysis.compute_comparison(store, hosts, [r.id for r in runs], baseline, n_steps=args.steps,
+                                                 with_curves=False).comparison
+        written = export.export_comparison(comparison, store, Path(args.out), formats, args.width, args.x, args.dpi,
+                                           args.caption)
     _print_table(comparison)
     for name, why in written.skipped.items():
         print(f"no {name} figure: {why}", file=sys.stderr)
@@ -121,7 +118,7 @@ def _print_table(comparison: analysis.Comparison) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..core.outputs.report import BundleError, import_bundle
+    from ..core.outputs.bundle import BundleError, import_bundle
     from . import EXIT_OK, CLIError
 
     with RunStore() as store:

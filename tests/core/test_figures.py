@@ -53,7 +53,7 @@ def test_groups_and_caption(compared):
 
 def test_pdf_parses_with_embedded_truetype_fonts_and_metadata(compared, tmp_path):
     store, comparison = compared
-    written = figures.export(comparison, store, tmp_path, formats=["pdf"])
+    written = figures.write_figures(comparison, store, tmp_path, formats=["pdf"])
     assert sorted(p.name for p in written.paths) == sorted(f"{name}.pdf" for name in figures.FIGURES)
     assert written.skipped == {}
     for path in written.paths:
@@ -75,7 +75,7 @@ def test_pdf_parses_with_embedded_truetype_fonts_and_metadata(compared, tmp_path
 
 def test_svg_is_xml_with_every_label_and_the_caption(compared, tmp_path):
     store, comparison = compared
-    written = figures.export(comparison, store, tmp_path, formats=["svg"], width="double", x="time")
+    written = figures.write_figures(comparison, store, tmp_path, formats=["svg"], width="double", x="time")
     texts = {}
     for path in written.paths:
         root = ET.parse(path).getroot()
@@ -94,7 +94,7 @@ def test_svg_is_xml_with_every_label_and_the_caption(compared, tmp_path):
 
 def test_png_resolution_and_text_chunk(compared, tmp_path):
     store, comparison = compared
-    written = figures.export(comparison, store, tmp_path, formats=["png"], figures=["throughput"], dpi=600,
+    written = figures.write_figures(comparison, store, tmp_path, formats=["png"], figures=["throughput"], dpi=600,
                              caption=False)
     (path,) = written.paths
     with Image.open(path) as image:
@@ -106,7 +106,7 @@ def test_png_resolution_and_text_chunk(compared, tmp_path):
 
 def test_no_caption_line_when_asked(compared, tmp_path):
     store, comparison = compared
-    (path,) = figures.export(comparison, store, tmp_path, formats=["svg"], figures=["memory"], caption=False).paths
+    (path,) = figures.write_figures(comparison, store, tmp_path, formats=["svg"], figures=["memory"], caption=False).paths
     texts = " ".join("".join(t.itertext()) for t in ET.parse(path).getroot().iter("{http://www.w3.org/2000/svg}text"))
     assert CAPTION not in texts and "peak memory" in texts
 
@@ -115,7 +115,7 @@ def test_figures_that_cannot_be_drawn_say_why(tmp_path):
     with RunStore(tmp_path / "runs.sqlite3") as store:
         store_run(store, "solo", {"workload": "mlp", "nproc_per_node": 2}, _metrics(100.0, 0)[:50])
         comparison = analysis.compare([analysis.run_stats(store, "solo")])
-        written = figures.export(comparison, store, tmp_path / "out", formats=["png"])
+        written = figures.write_figures(comparison, store, tmp_path / "out", formats=["png"])
     assert {p.stem for p in written.paths} == {"loss", "throughput", "memory"}
     assert "one setting only" in written.skipped["speedup"]
     assert "1-process" in written.skipped["scaling"]
@@ -128,7 +128,7 @@ def test_bad_arguments_are_refused(compared, tmp_path):
                             ({"formats": ["pdf", "eps"]}, "unknown format eps"),
                             ({"figures": ["pie"]}, "unknown figure pie: choose from loss")):
         with pytest.raises(ValueError, match=message):
-            figures.export(comparison, store, tmp_path, **kwargs)
+            figures.write_figures(comparison, store, tmp_path, **kwargs)
 
 
 def test_styles_differ_in_colour_line_marker_and_hatch():

@@ -10,7 +10,9 @@ from ddpgui.core import analysis
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
-from ddpgui.ui.widgets.compare import EMPTY_TEXT, BarPlot, CompareView, ExportDialog
+from ddpgui.ui.dialogs.export import ExportDialog
+from ddpgui.ui.plots.bars import BarPlot
+from ddpgui.ui.widgets.compare import EMPTY_TEXT, CompareView
 from ddpgui.ui.workers import WorkerPool
 
 POINTS = 60

@@ -1,1 +1,1 @@
-"""What a comparison is written to: figures, tables, points CSV, bundles."""
+"""Files a comparison is written to: figures, tables (summary CSV, LaTeX), the points CSV and run bundles; export writes the chosen ones."""

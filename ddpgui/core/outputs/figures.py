@@ -1,9 +1,9 @@
 """Figures for papers: loss curves, throughput, peak memory, speedup and scaling, as PDF/SVG/PNG.
 
-Intended use (the CLI's ``ddpgui compare`` and the app's export button)::
+Intended use (through :mod:`ddpgui.core.outputs.export`, by ``ddpgui compare`` and the app's export button)::
 
     comparison = analysis.compare([analysis.run_stats(store, r) for r in run_ids], baseline=run_ids[0])
-    written = figures.export(comparison, store, out_dir, formats=("pdf", "svg", "png"), width="single")
+    written = figures.write_figures(comparison, store, out_dir, formats=("pdf", "svg", "png"), width="single")
     written.paths, written.skipped          # files, and figure → why it was not drawn
 
 matplotlib is imported on first use (the app starts without it) and only through its
@@ -20,7 +20,8 @@ import numpy as np
 
 from remote_runner.spools import METRICS
 
-from ..analysis import Comparison, GroupStats, Ratio, family_key
+from ..analysis.comparison import Comparison, GroupStats, family_key
+from ..analysis.stats import Ratio
 from ..store import RunStore
 
 FORMATS = ("pdf", "svg", "png")
@@ -142,9 +143,9 @@ def run_labels(comparison: Comparison) -> dict[str, str]:
     return out
 
 
-def export(comparison: Comparison, store: RunStore, out_dir: str | Path, formats: Iterable[str] = FORMATS,
-           width: str = "single", x: str = "step", dpi: int = 300, caption: bool = True,
-           figures: Sequence[str] = FIGURES) -> Exported:
+def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, formats: Iterable[str] = FORMATS,
+                  width: str = "single", x: str = "step", dpi: int = 300, caption: bool = True,
+                  figures: Sequence[str] = FIGURES) -> Exported:
     """Draw each figure once and save it in each format as ``<figure>.<fmt>`` in ``out_dir``."""
     formats = list(formats)
     for given, allowed, what in ((formats, FORMATS, "format"), (figures, FIGURES, "figure")):

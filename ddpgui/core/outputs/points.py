@@ -1,4 +1,4 @@
-"""Exports of stored runs: tidy CSV (one row per point)."""
+"""The tidy points CSV of stored runs: one row per logged value (points.csv), telemetry in its own (telemetry.csv)."""
 from __future__ import annotations
 
 import csv
@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import numpy as np
+
+from remote_runner.spools import TELEMETRY
 
 from ..store import RunStore
 
@@ -31,7 +33,7 @@ def _cell(column: np.ndarray | None, i: int) -> object:
     return "" if column is None or column[i] is None else column[i]
 
 
-def export_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]:
+def write_points_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]:
     """``points.csv`` (run, step, time, wall_time, metric, value) and ``telemetry.csv`` per sample and GPU.
 
     ``time`` is seconds since the run's first record, ``wall_time`` Unix seconds. Missing values are not
@@ -52,7 +54,7 @@ def export_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]
                 pw.writerow([run_id, run.name, step, elapsed, f"{metrics['t'][i]:.3f}",
                              _cell(metrics.get("phase"), i), key, value])
             for node in run.nodes:
-                tel = store.series(run_id, "telemetry.jsonl", node)
+                tel = store.series(run_id, TELEMETRY, node)
                 gpus = tel.get("gpu")
                 for i, key, value, elapsed in _points(tel):
                     gpu = "" if gpus is None or math.isnan(gpus[i]) else int(gpus[i])

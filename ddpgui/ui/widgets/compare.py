@@ -1,39 +1,29 @@
 """The Compare tab: runs (or a sweep) side by side — curves, bars with 95% CIs, scaling, every number with its n.
 
-Statistics, curves and exports are computed on worker threads (:func:`compute_comparison`,
-:func:`export_comparison`); the GUI thread only draws what they return.  The numbers are
-those of :mod:`ddpgui.core.analysis` (docs/ANALYSIS.md), the exported files those of
-:mod:`ddpgui.core.outputs.figures` and :mod:`ddpgui.core.outputs.report`.
+Statistics, curves and exports are computed on worker threads
+(:func:`ddpgui.core.analysis.comparison.compute_comparison`, :func:`ddpgui.core.outputs.export.export_steps`);
+the GUI thread only draws what they return.  The numbers are those of :mod:`ddpgui.core.analysis`
+(docs/ANALYSIS.md), the exported files those of :mod:`ddpgui.core.outputs`.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QStandardItem, QStandardItemModel
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QButtonGroup,
-    QCheckBox,
     QComboBox,
-    QDialog,
-    QDialogButtonBox,
-    QFileDialog,
-    QFormLayout,
     QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPushButton,
-    QRadioButton,
     QSplitter,
     QStackedWidget,
     QTableView,
@@ -41,20 +31,31 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core import analysis
-from ddpgui.core.analysis import RUN_METRICS, Comparison, Estimate, GroupStats, Ratio, RunStats
+from ddpgui.core.analysis.comparison import (
+    CompareResult,
+    Comparison,
+    Curve,
+    GroupStats,
+    compute_comparison,
+    differing_settings,
+    family_key,
+    grouping_settings,
+    shown_value,
+)
+from ddpgui.core.analysis.run_stats import RUN_METRICS, RunStats
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.outputs import figures, report
+from ddpgui.core.outputs import export, figures, tables
 from ddpgui.core.store import RunStore, SweepRecord
-from remote_runner.spools import METRICS
 from remote_runner.status import FINAL_STATES
 
+from ..dialogs.export import ExportDialog
+from ..plots.bars import BarPlot
 from ..plots.buffer import SeriesBuffer
 from ..plots.live_plot import LivePlot
+from .compare_rows import COLUMNS, estimate_row, ratio_row
 
 EMPTY_TEXT = ("No runs to compare yet.\n\nAdd runs from the Runs tab: right-click → Add to comparison,\n"
               "or pick a sweep above and press Add sweep.")
-ALL_FORMATS = figures.FORMATS + report.FORMATS
 #: Group-by choice that keeps the analysis' own groups (runs with the same settings).
 BY_SETTING = "setting"
 ALIGN = ("step", "time")
@@ -62,227 +63,6 @@ ALIGN = ("step", "time")
 PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)
 #: Rows of the numbers table beyond the per-run metrics: the comparison's ratios.
 RATIOS = ("speedup", "memory_saving", "scaling_efficiency")
-
-
-@dataclass
-class Curve:
-    """One run's loss curve: step, seconds since its first logged step, loss (finite points only)."""
-
-    step: np.ndarray
-    time: np.ndarray
-    loss: np.ndarray
-
-
-@dataclass
-class CompareResult:
-    """What the worker hands the view: the comparison, the loss curves, and the stats it may keep."""
-
-    comparison: Comparison
-    curves: dict[str, Curve]
-    final: dict[str, RunStats] = field(default_factory=dict)  # ended runs: their stats no longer change
-    missing: list[str] = field(default_factory=list)  # run ids no longer in the store
-
-
-def load_curve(store: RunStore, run_id: str) -> Curve:
-    s = store.series(run_id, METRICS, keys=["step", "t", "loss", "phase"])
-    keep = np.isfinite(s["step"]) & np.isfinite(s["loss"]) & np.isfinite(s["t"])
-    if s["phase"].dtype == object:
-        keep &= s["phase"] != "inference"
-    t = s["t"][keep]
-    return Curve(s["step"][keep].astype(np.float64), t - (t[0] if len(t) else 0.0), s["loss"][keep])
-
-
-def compute_comparison(store: RunStore, hosts: HostStore | None, run_ids: list[str], baseline: str | None,
-                       known: dict[str, RunStats] | None = None, curves: dict[str, Curve] | None = None
-                       ) -> CompareResult:
-    """Worker: each run's statistics (reusing ``known`` ones), their comparison and the loss curves.
-
-    "Time to N steps" uses the fewest steps any compared run reached, as ``ddpgui compare`` does.
-    """
-    known, curves = dict(known or {}), dict(curves or {})
-    runs, missing = [], []
-    for run_id in run_ids:
-        try:
-            runs.append(store.get_run(run_id))
-        except KeyError:
-            missing.append(run_id)
-    if not runs:
-        raise ValueError("none of the runs to compare is in the run store any more")
-    n_steps = analysis.common_steps(runs)
-    stats, final = [], {}
-    for run in runs:
-        cached = known.get(run.id)
-        if cached is None or cached.n_steps != n_steps:
-            price = analysis.run_price_per_hour(run, hosts) if hosts is not None else None
-            cached = analysis.run_stats(store, run.id, price, n_steps)
-        stats.append(cached)
-        if run.state in FINAL_STATES:
-            final[run.id] = cached
-        if run.id not in curves or run.state not in FINAL_STATES:
-            curves[run.id] = load_curve(store, run.id)
-    ids = {s.run_id for s in stats}
-    comparison = analysis.compare(stats, baseline if baseline in ids or _is_group(stats, baseline) else None)
-    return CompareResult(comparison, {k: v for k, v in curves.items() if k in ids}, final, missing)
-
-
-def _is_group(stats: list[RunStats], key: str | None) -> bool:
-    return key is not None and any(s.setting == key for s in stats)
-
-
-def export_comparison(comparison: Comparison, store: RunStore, folder: Path, formats: list[str], width: str,
-                      x: str):
-    """Worker: figures, then tables; yields what it is doing, returns :class:`figures.Exported`."""
-    wanted_figures = [f for f in formats if f in figures.FORMATS]
-    wanted_data = [f for f in formats if f in report.FORMATS]
-    written = figures.Exported()
-    if wanted_figures:
-        yield f"drawing figures ({', '.join(wanted_figures)})…"
-        written.extend(figures.export(comparison, store, folder, wanted_figures, width, x))
-    if wanted_data:
-        yield f"writing tables ({', '.join(wanted_data)})…"
-        written.extend(report.export(comparison, store, folder, wanted_data))
-    return written
-
-
-def differing_settings(groups: list[GroupStats]) -> list[str]:
-    """The settings whose values differ between the groups (process counts shown as one world size)."""
-    rows = [_grouping_settings(g) for g in groups]
-    keys = list(dict.fromkeys(k for row in rows for k in row))
-    return [k for k in keys if len({_shown(row.get(k)) for row in rows}) > 1]
-
-
-def _grouping_settings(group: GroupStats) -> dict:
-    s = dict(group.settings)
-    s["world_size"] = group.world_size
-    s.pop("nproc_per_node", None)
-    s.pop("nnodes", None)
-    return s
-
-
-def _shown(value: object) -> str:
-    if value is None:
-        return "(unset)"
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:.4g}"
-
-
-class ExportDialog(QDialog):
-    """Folder, formats and figure width of an export; remembered in the window's QSettings."""
-
-    def __init__(self, settings: QSettings, parent=None):
-        super().__init__(parent)
-        self.setWindowTitle("Export comparison")
-        self.setObjectName("export_dialog")
-        self.settings = settings
-        self.folder = QLineEdit(str(settings.value("compare/export_dir", str(Path.home() / "ddpgui-export"))),
-                                objectName="export_folder")
-        browse = QPushButton("Choose…")
-        browse.clicked.connect(self._browse)
-        chosen = str(settings.value("compare/export_formats", ",".join(ALL_FORMATS))).split(",")
-        self.formats = {fmt: QCheckBox(fmt, objectName=f"export_{fmt}", checked=fmt in chosen) for fmt in ALL_FORMATS}
-        self.single = QRadioButton("single column (3.5 in)", objectName="export_single")
-        self.double = QRadioButton("double column (7 in)", objectName="export_double")
-        widths = QButtonGroup(self)
-        widths.addButton(self.single)
-        widths.addButton(self.double)
-        (self.double if settings.value("compare/export_width", "single") == "double" else self.single).setChecked(True)
-        self.error = QLabel(objectName="export_error", wordWrap=True)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Export")
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        folder_row = QHBoxLayout()
-        folder_row.addWidget(self.folder, 1)
-        folder_row.addWidget(browse)
-        format_row = QHBoxLayout()
-        for box in self.formats.values():
-            format_row.addWidget(box)
-            box.toggled.connect(self._validate)
-        width_row = QHBoxLayout()
-        width_row.addWidget(self.single)
-        width_row.addWidget(self.double)
-        form = QFormLayout(self)
-        form.addRow("Folder", folder_row)
-        form.addRow("Formats", format_row)
-        form.addRow("Figure width", width_row)
-        form.addRow(self.error)
-        form.addRow(self.buttons)
-        self.folder.textChanged.connect(self._validate)
-        self._validate()
-
-    def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export to folder", self.folder.text())
-        if folder:
-            self.folder.setText(folder)
-
-    def chosen_formats(self) -> list[str]:
-        return [fmt for fmt, box in self.formats.items() if box.isChecked()]
-
-    def width(self) -> str:
-        return "double" if self.double.isChecked() else "single"
-
-    def _validate(self) -> bool:
-        error = ""
-        if not self.folder.text().strip():
-            error = "Choose a folder for the files."
-        elif not self.chosen_formats():
-            error = "Tick at least one format."
-        self.error.setText(error)
-        self.error.setVisible(bool(error))
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(not error)
-        return not error
-
-    def accept(self) -> None:
-        if not self._validate():
-            return
-        self.settings.setValue("compare/export_dir", self.folder.text().strip())
-        self.settings.setValue("compare/export_formats", ",".join(self.chosen_formats()))
-        self.settings.setValue("compare/export_width", self.width())
-        super().accept()
-
-
-class BarPlot(pg.PlotWidget):
-    """Bars with 95% CI error bars (pyqtgraph BarGraphItem + ErrorBarItem), one tick label per bar."""
-
-    def __init__(self, title: str, y_label: str, parent=None):
-        super().__init__(parent=parent)
-        self.setObjectName(f"bars:{title}")
-        self.title = title
-        self.getPlotItem().setLabel("left", y_label)
-        self.getPlotItem().setMouseEnabled(x=False, y=False)
-        self.values: list[float | None] = []
-        self.errors: list[tuple[float, float] | None] = []
-
-    def show_bars(self, labels: list[str], values: list[float | None], errors: list[tuple[float, float] | None],
-                  colors: list[str], reason: str = "", reference: float | None = None) -> None:
-        """Draw one bar per label; ``errors`` are (below, above) half-widths; ``reason`` shown when no bar."""
-        item = self.getPlotItem()
-        item.clear()
-        self.values, self.errors = values, errors
-        drawn = [i for i, v in enumerate(values) if v is not None]
-        item.setTitle(self.title if drawn else f"{self.title}: {reason or 'no values'}")
-        item.getAxis("bottom").setTicks([[(i, label) for i, label in enumerate(labels)]])
-        if not drawn:
-            return
-        x = np.array(drawn, float)
-        heights = np.array([values[i] for i in drawn], float)
-        item.addItem(pg.BarGraphItem(x=x, height=heights, width=0.6, brushes=[pg.mkBrush(colors[i]) for i in drawn],
-                                     pens=[pg.mkPen("k", width=0.5)] * len(drawn)))
-        with_ci = [i for i in drawn if errors[i] is not None]
-        if with_ci:
-            item.addItem(pg.ErrorBarItem(x=np.array(with_ci, float), y=np.array([values[i] for i in with_ci], float),
-                                         bottom=np.array([errors[i][0] for i in with_ci], float),
-                                         top=np.array([errors[i][1] for i in with_ci], float), beam=0.2,
-                                         pen=pg.mkPen("k", width=1)))
-        if reference is not None:
-            item.addItem(pg.InfiniteLine(reference, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DotLine)))
-        item.setXRange(-0.6, len(labels) - 0.4, padding=0)
-        item.enableAutoRange(axis="y")
 
 
 class CompareView(QWidget):
@@ -330,9 +110,8 @@ class CompareView(QWidget):
         self.scaling_plot = pg.PlotWidget(objectName="scaling_plot")
         self.scaling_plot.getPlotItem().setLabel("bottom", "processes (GPUs)")
         self.scaling_plot.getPlotItem().addLegend(offset=(10, 10))
-        self.table_model = QStandardItemModel(0, 9)
-        self.table_model.setHorizontalHeaderLabels(["Setting", "Metric", "Unit", "Value", "± 95% CI", "Low", "High",
-                                                    "n", "Note"])
+        self.table_model = QStandardItemModel(0, len(COLUMNS))
+        self.table_model.setHorizontalHeaderLabels(list(COLUMNS))
         self.table = QTableView(objectName="compare_table")
         self.table.setModel(self.table_model)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -552,8 +331,8 @@ class CompareView(QWidget):
             return groups
         first_seen = {}
         for g in groups:
-            first_seen.setdefault(_shown(_grouping_settings(g).get(key)), len(first_seen))
-        return sorted(groups, key=lambda g: first_seen[_shown(_grouping_settings(g).get(key))])
+            first_seen.setdefault(shown_value(grouping_settings(g).get(key)), len(first_seen))
+        return sorted(groups, key=lambda g: first_seen[shown_value(grouping_settings(g).get(key))])
 
     def colours(self, groups: list[GroupStats]) -> dict[str, tuple[str, str]]:
         """Group key → (colour, the value it stands for): one colour per value of the colour-by setting."""
@@ -561,7 +340,7 @@ class CompareView(QWidget):
         values: dict[str, int] = {}
         out = {}
         for g in groups:
-            value = g.label if key == BY_SETTING else f"{key}={_shown(_grouping_settings(g).get(key))}"
+            value = g.label if key == BY_SETTING else f"{key}={shown_value(grouping_settings(g).get(key))}"
             values.setdefault(value, len(values))
             out[g.key] = (figures.OKABE_ITO[values[value] % len(figures.OKABE_ITO)], value)
         return out
@@ -619,7 +398,7 @@ class CompareView(QWidget):
         families: dict[str, list[GroupStats]] = {}
         for g in groups:
             if self.comparison.scaling[g.key].value is not None:
-                families.setdefault(analysis.family_key(g), []).append(g)
+                families.setdefault(family_key(g), []).append(g)
         families = {k: v for k, v in families.items() if len(v) >= 2}
         unit = self.comparison.groups[0].runs[0].throughput_unit
         item.setLabel("left", unit)
@@ -652,15 +431,15 @@ class CompareView(QWidget):
         for g in groups:
             setting = g.label + (" (baseline)" if g.key == comparison.baseline else "")
             for metric in RUN_METRICS:
-                model.appendRow(_estimate_row(setting, g.key, metric, report.metric_unit(metric, comparison),
+                model.appendRow(estimate_row(setting, g.key, metric, tables.metric_unit(metric, comparison),
                                               g.metrics[metric]))
             for metric in RATIOS:
-                model.appendRow(_ratio_row(setting, g.key, metric, report.UNITS[metric], ratios[metric][g.key]))
+                model.appendRow(ratio_row(setting, g.key, metric, tables.UNITS[metric], ratios[metric][g.key]))
         self.table.resizeColumnsToContents()
 
     def table_value(self, group_key: str, metric: str, column: str = "Value") -> float | None:
         """The number behind a table cell (for tests and copy): None when the cell is empty."""
-        col = ["Setting", "Metric", "Unit", "Value", "± 95% CI", "Low", "High", "n", "Note"].index(column)
+        col = COLUMNS.index(column)
         for row in range(self.table_model.rowCount()):
             first = self.table_model.item(row, 0)
             if first.data(Qt.ItemDataRole.UserRole) == group_key and self.table_model.item(row, 1).text() == metric:
@@ -703,24 +482,6 @@ class CompareView(QWidget):
             self.export_button.setEnabled(True)
             self.status.setText(f"Export failed: {exc}")
 
-        self.loader(export_comparison, self.comparison, self.store, folder, formats, width,
+        self.loader(export.export_steps, self.comparison, self.store, folder, formats, width,
                     self.align_combo.currentText(), on_yield=lambda text: self.status.setText(f"Exporting: {text}"),
                     on_return=done, on_error=failed)
-
-
-def _item(text: str, value: object = None) -> QStandardItem:
-    item = QStandardItem(text)
-    item.setData(value, Qt.ItemDataRole.UserRole)
-    return item
-
-
-def _estimate_row(setting: str, key: str, metric: str, unit: str, est: Estimate) -> list[QStandardItem]:
-    return [_item(setting, key), _item(metric), _item(unit), _item(_number(est.mean), est.mean),
-            _item(_number(est.ci95), est.ci95), _item(_number(est.low), est.low), _item(_number(est.high), est.high),
-            _item(f"{est.n} {est.over}".strip(), est.n), _item(est.reason)]
-
-
-def _ratio_row(setting: str, key: str, metric: str, unit: str, r: Ratio) -> list[QStandardItem]:
-    return [_item(setting, key), _item(metric), _item(unit), _item(_number(r.value), r.value), _item(""),
-            _item(_number(r.low), r.low), _item(_number(r.high), r.high),
-            _item(f"{r.n[0]}/{r.n[1]} {r.over}".strip(), r.n), _item(r.reason)]

@@ -11,9 +11,10 @@ import pytest
 from helpers.stored_runs import constant_run, store_run
 
 from ddpgui.core import analysis
-from ddpgui.core.outputs import report
+from ddpgui.core.outputs import export, tables
+from ddpgui.core.outputs.bundle import BundleError, import_bundle, write_bundle
 from ddpgui.core.outputs.points import ID_KEYS
-from ddpgui.core.outputs.report import BundleError, format_pm, import_bundle, tex_escape, write_bundle
+from ddpgui.core.outputs.tables import format_pm, tex_escape
 from ddpgui.core.store import RunStore
 
 BASE = {"workload": "mlp", "nproc_per_node": 1, "compile": "off", "precision": "fp32", "steps": 10}
@@ -51,7 +52,7 @@ def comparison(store):
 
 
 def test_points_csv_rows_equal_the_store(store, comparison, tmp_path):
-    written = report.export(comparison, store, tmp_path, ["csv"])
+    written = export.write_data(comparison, store, tmp_path, ["csv"])
     assert [p.name for p in written.paths] == ["points.csv", "telemetry.csv", "summary.csv"]
     with open(tmp_path / "points.csv", newline="") as fh:
         rows = [(r["run"], r["step"], r["metric"], float(r["value"])) for r in csv.DictReader(fh)]
@@ -65,10 +66,10 @@ def test_points_csv_rows_equal_the_store(store, comparison, tmp_path):
 
 
 def test_summary_csv_holds_the_comparison(store, comparison, tmp_path):
-    path = report.write_summary_csv(comparison, tmp_path / "summary.csv")
+    path = tables.write_summary_csv(comparison, tmp_path / "summary.csv")
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert tuple(rows[0]) == report.SUMMARY_COLUMNS
+    assert tuple(rows[0]) == tables.SUMMARY_COLUMNS
     fast = comparison.groups[1]
     tput = next(r for r in rows if r["level"] == "group" and r["label"] == "2×" and r["metric"] == "throughput")
     est = fast.metrics["throughput"]
@@ -94,7 +95,7 @@ def _tabular(text):
 
 
 def test_latex_table_is_booktabs_with_one_bold_per_column(comparison, tmp_path):
-    text = report.write_latex(comparison, tmp_path / "summary.tex").read_text()
+    text = tables.write_latex_table(comparison, tmp_path / "summary.tex").read_text()
     for rule in (r"\toprule", r"\midrule", r"\bottomrule"):
         assert text.count(rule) == 1, rule
     assert text.index(r"\toprule") < text.index(r"\midrule") < text.index(r"\bottomrule")
@@ -115,7 +116,7 @@ def test_latex_table_is_booktabs_with_one_bold_per_column(comparison, tmp_path):
 @pytest.mark.skipif(shutil.which("pdflatex") is None,
                     reason="pdflatex is not installed (texlive is too big for CI); the table is checked as text")
 def test_latex_table_compiles(comparison, tmp_path):
-    table = report.write_latex(comparison, tmp_path / "summary.tex")
+    table = tables.write_latex_table(comparison, tmp_path / "summary.tex")
     doc = tmp_path / "doc.tex"
     doc.write_text("\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n\\input{summary.tex}\n"
                    "\\end{document}\n")
@@ -189,6 +190,6 @@ def test_an_active_run_is_imported_as_stopped(store, tmp_path):
 
 def test_unknown_data_format_is_refused(store, comparison, tmp_path):
     with pytest.raises(ValueError, match="unknown format docx: choose from csv, tex, json"):
-        report.export(comparison, store, tmp_path / "out", ["csv", "docx"])
+        export.write_data(comparison, store, tmp_path / "out", ["csv", "docx"])
     assert not (tmp_path / "out").exists()
-    assert report.export(comparison, store, tmp_path / "out", []).paths == []
+    assert export.write_data(comparison, store, tmp_path / "out", []).paths == []
