@@ -2,8 +2,8 @@
 
 One session-wide tmp directory holds the app's config, data and cache dirs
 (``DDPGUI_CONFIG_DIR`` / ``DDPGUI_DATA_DIR`` / ``DDPGUI_CACHE_DIR``), so the
-tests never touch the user's real files and ``tests/zz_last`` can inspect
-everything the suite wrote.
+tests never touch the user's real files and the tests marked ``last`` (run after all others, see
+:func:`pytest_collection_modifyitems`) can inspect everything the suite wrote.
 """
 import os
 import shutil
@@ -55,6 +55,12 @@ def memory_keyring() -> MemoryKeyring:
     backend = MemoryKeyring()
     keyring.set_keyring(backend)
     return backend
+
+
+@pytest.hookimpl(trylast=True)  # after any plugin that reorders (e.g. pytest-randomly)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``last`` run after every other test (the leak scan reads what the whole suite wrote)."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: keeps the rest in order
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

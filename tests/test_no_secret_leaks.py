@@ -1,6 +1,6 @@
 """After the whole suite: no planted password or passphrase reached the profiles file, logs or run store.
 
-pytest runs tests/zz_last last (directories run in name order).  It scans every
+Marked ``last``: tests/conftest.py runs it after every other test.  It scans every
 file under the session's config and data dirs (hosts.json, known_hosts, the
 app's logs in data_dir()/logs, the run store) and everything the tests wrote
 under pytest's tmp dirs (their own profiles files and stores).
@@ -12,6 +12,8 @@ import pytest
 from helpers.secrets_planted import PLANTED
 
 from ddpgui.core.paths import config_dir, data_dir
+
+pytestmark = pytest.mark.last
 
 
 def _files(*roots: Path) -> list[Path]:
@@ -34,3 +36,10 @@ def test_the_scan_can_find_a_secret():
         planted.parent.mkdir()
         planted.write_bytes(b"connecting with " + PLANTED[0].encode())
         assert any(PLANTED[0].encode() in p.read_bytes() for p in _files(Path(directory)))
+
+
+def test_the_leak_scan_is_collected_after_every_other_test(request):
+    """The ``last`` marker moves the scan to the end of the run, whatever order the files are collected in."""
+    items = request.session.items
+    scans = [i for i, item in enumerate(items) if item.get_closest_marker("last")]
+    assert scans and scans == list(range(len(items) - len(scans), len(items)))
