@@ -18,7 +18,8 @@ PACKAGES = ("ddpgui", "remote_runner")
 QT = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6")
 MAX_LINES = 500
 # The command modules of the CLI: each registers its own commands and imports only the shared cli modules.
-CLI_SHARED = {"ddpgui.cli", "ddpgui.cli.common", "ddpgui.cli.options", "ddpgui.cli.prompts", "ddpgui.cli.render"}
+CLI_SHARED = {"ddpgui.cli", "ddpgui.cli.common", "ddpgui.cli.options", "ddpgui.cli.process", "ddpgui.cli.prompts",
+              "ddpgui.cli.render"}
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -193,9 +194,10 @@ def test_the_checks_catch_qt_and_ddpgui_in_the_runner(tree):
 
 def test_the_checks_catch_a_cycle_made_by_an_import_inside_a_function(tree):
     edges = graph(tree)
-    importer = next(name for name, targets in sorted(edges.items()) if "ddpgui.core.errors" in targets)
+    importer = next(name for name, targets in sorted(edges.items())
+                    if name.startswith("ddpgui.core") and "ddpgui.core.errors" in targets)
     _plant(tree, "ddpgui.core.errors", f"import {importer}", in_function=True)
-    assert ["ddpgui.core.errors", importer] in [sorted(c)[:2] if len(c) == 2 else c for c in cycles(graph(tree))]
+    assert [c for c in cycles(graph(tree)) if {"ddpgui.core.errors", importer} <= set(c)]
 
 
 def test_the_checks_catch_one_cli_command_module_importing_another(tree):
