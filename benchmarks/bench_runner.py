@@ -30,11 +30,11 @@ def _time_calls(fn, n: int) -> list[float]:
 
 
 def record_cost() -> list[Row]:
-    from remote_runner.spools import SpoolWriter
+    from remote_runner.spools import METRICS, SpoolWriter
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        writer = SpoolWriter(os.path.join(tmp, "metrics.jsonl"))
+        writer = SpoolWriter(os.path.join(tmp, METRICS))
         ours = _time_calls(lambda i: writer.write(dict(STEP_VALUES, step=i)), N_RECORDS)
         writer.close()
         rows += [Row("spool record write p50", percentile(ours, 50), "us", "cheapest"),

@@ -26,6 +26,7 @@ from ddpgui.core.ssh.known_hosts import HostKeyChanged, KnownHosts
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
 from ddpgui.core.targets.uploads import collected_skips
+from remote_runner.status import FINAL_STATES
 
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
@@ -39,7 +40,6 @@ from .widgets.runs_table import RunsTable
 from .widgets.sweeps_bar import SweepsBar
 from .workers import WorkerPool
 
-FINAL = ("finished", "failed", "stopped")
 #: Minutes a priced host may sit idle before the app reminds that it still costs money.
 IDLE_MINUTES_DEFAULT = 15
 
@@ -333,7 +333,7 @@ class MainWindow(QMainWindow):
             return
         if update.run is not None:
             self.runs_table.model.update_run(update.run)
-            if update.run.state in FINAL:
+            if update.run.state in FINAL_STATES:
                 self._notify(update.run)
             else:
                 for host in update.run.hosts:

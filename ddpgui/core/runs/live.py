@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from remote_runner.spools import EVENTS, FINAL_EVENTS, METRICS, TELEMETRY
+
 #: Below this average GPU utilization after warm-up the input pipeline is probably the bottleneck.
 LOW_UTIL_PCT = 60.0
 #: GPU samples (all GPUs together) needed after warm-up before saying so.
@@ -83,17 +85,17 @@ class LiveRun:
             self.summary = rec
         elif event in ("inference_summary", "inference_unsupported"):
             self.inference.append(rec)
-        elif event in ("finished", "failed", "stopped"):
+        elif event in FINAL_EVENTS:
             self.state = event
             self.message = rec.get("message") or self.message
             self.hint = rec.get("hint") or self.hint
 
     def add(self, spool: str, rec: dict) -> None:
-        if spool == "metrics.jsonl":
+        if spool == METRICS:
             self.add_metric(rec)
-        elif spool == "telemetry.jsonl":
+        elif spool == TELEMETRY:
             self.add_telemetry(rec)
-        elif spool == "events.jsonl":
+        elif spool == EVENTS:
             self.add_event(rec)
 
     @property
@@ -189,7 +191,7 @@ def run_summary(store, run_id: str) -> RunSummary:
     run = store.get_run(run_id)
     metrics = store.series(run_id, keys=("step", "loss", "samples_per_s", "tokens_per_s", "mem_peak_gib",
                                          "warmup", "phase"))
-    events = store.records(run_id, "events.jsonl")
+    events = store.records(run_id, EVENTS)
     summary = dict(run.summary)
     steps = _last(metrics["step"])
     steady = (metrics["warmup"] != 1) & np.array([p != "inference" for p in metrics["phase"]], dtype=bool) \

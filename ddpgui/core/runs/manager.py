@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from remote_runner.config import ConfigError, RunConfig, config_from_dict
+from remote_runner.spools import EVENTS, METRICS
 from remote_runner.status import FINAL_STATES
 
 from ..hosts import HostStore
@@ -190,7 +191,7 @@ class RunManager:
             if chunk.spool.endswith(".log"):
                 logs[chunk.spool] = logs.get(chunk.spool, b"") + chunk.data
         changes = {}
-        for rec in result.new.get("events.jsonl", ()):
+        for rec in result.new.get(EVENTS, ()):
             if rec.get("event") == "train_start":
                 changes["state"] = "running"
             elif rec.get("event") == "summary":
@@ -198,7 +199,7 @@ class RunManager:
         record = None
         if changes:
             record = self.store.update_run(run_id, **changes)
-        elif result.new.get("metrics.jsonl"):
+        elif result.new.get(METRICS):
             record = self.store.get_run(run_id)  # its last step moved
         if result.new or logs:
             self._emit(RunUpdate(run_id, node, records=result.new, logs=logs, run=record))

@@ -33,6 +33,7 @@ from ddpgui.core.runs.nodes import NodeState, node_line, node_states
 from ddpgui.core.runs.traces import TraceData, load_logs, load_trace
 from ddpgui.core.store import RunNotFound, RunStore
 from remote_runner.spools import EVENTS
+from remote_runner.status import FINAL_STATES
 
 from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
@@ -280,7 +281,7 @@ class Dashboard(QWidget):
                 trace.nodes = states
                 self._header_dirty = True
                 # the run has ended but a node's own end is not stored yet: look again shortly (bounded)
-                if trace.live.state in ("finished", "failed", "stopped") and not all(n.final for n in states) \
+                if trace.live.state in FINAL_STATES and not all(n.final for n in states) \
                         and trace.nodes_retries < NODE_RETRIES:
                     trace.nodes_retries += 1
                     QTimer.singleShot(NODE_RETRY_MS, lambda: self.traces.get(trace.run_id) is trace
@@ -430,7 +431,7 @@ class Dashboard(QWidget):
 
     def _render_header(self) -> None:
         live = self.live
-        active = self.run_id is not None and live.state not in ("finished", "failed", "stopped")
+        active = self.run_id is not None and live.state not in FINAL_STATES
         self.stop_button.setEnabled(active)
         self.state.setText(live.state if self.run_id else "")
         if self.state.property("state") != live.state:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QW
 
 from ddpgui.core.runs.live import format_duration
 from ddpgui.core.runs.manager import RunManager
+from ddpgui.core.store.records import SWEEP_FINAL_STATES
 from ddpgui.core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line
 
 from ..bridge import GuiRelay
@@ -128,7 +129,7 @@ class SweepsBar(QWidget):
                            f"({progress.state})")
         self.label.setToolTip("\n".join(f"{c.label}: {c.state}" + (f" — {c.reason}" if c.reason else "")
                                         for c in progress.cells))
-        active = progress.state not in ("done", "failed", "stopped", "cancelled")
+        active = progress.state not in SWEEP_FINAL_STATES
         for widget in (self.label, self.bar):
             widget.setVisible(True)
         self.stop_button.setVisible(active)
