@@ -1,1 +1,1 @@
-"""Files a comparison is written to: figures, tables (summary CSV, LaTeX), the points CSV and run bundles; export writes the chosen ones."""
+"""Files a comparison is written to: figures, tables (CSV, LaTeX), points CSV, run bundles; export writes the chosen ones."""
