@@ -7,15 +7,14 @@ import json
 import sys
 
 from ..core.runs.adopt import adopt_runs
-from . import EXIT_OK, CLIError, _manager
-from .output import terminal_text
+from .common import EXIT_OK, CLIError, open_manager, terminal_text
 
 #: How long ``adopt`` waits for the points of the runs that had ended already.
 WAIT_S = 600.0
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    with _manager(args) as manager:
+    with open_manager(args) as manager:
         result = adopt_runs(manager, args.hosts)
         for run_id in result.ended:  # their points are stored by the followers; a live run is followed later
             try:
@@ -40,7 +39,7 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_adopt_command(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("adopt", help="take back the runs on hosts that the run store does not hold "
                                      "(after a lost store); every point is fetched again")
     p.add_argument("hosts", nargs="+", metavar="HOST",

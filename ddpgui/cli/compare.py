@@ -9,12 +9,12 @@ from ..core import analysis
 from ..core.hosts import HostStore
 from ..core.outputs import export
 from ..core.store import RunRecord, RunStore
-from .output import terminal_text
+from .common import EXIT_OK, CLIError, find_run, find_sweep, terminal_text
 
 ALL_FORMATS = export.FORMATS
 
 
-def add_compare_command(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Register ``compare`` and ``import`` on the CLI's subparsers."""
     p = sub.add_parser("compare", help="compare runs: statistics, figures (PDF/SVG/PNG), CSV, LaTeX, JSON bundle",
                        description="Group runs with the same settings as repeats, compare them with a baseline "
@@ -40,8 +40,6 @@ def add_compare_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _formats(text: str) -> list[str]:
-    from . import CLIError
-
     formats = [f.strip().lower() for f in text.split(",") if f.strip()]
     unknown = [f for f in formats if f not in ALL_FORMATS]
     if unknown or not formats:
@@ -52,8 +50,6 @@ def _formats(text: str) -> list[str]:
 
 def _sweep_runs(store: RunStore, text: str) -> list[RunRecord]:
     """The finished runs of the sweep whose id starts with ``text``, or else whose name is ``text``."""
-    from .sweeps import find_sweep
-
     sweep = find_sweep(store, text)
     runs = store.sweep_runs(sweep.id)
     done = [r for r in runs if r.state == "finished"]
@@ -63,9 +59,7 @@ def _sweep_runs(store: RunStore, text: str) -> list[RunRecord]:
 
 
 def _runs(store: RunStore, args: argparse.Namespace) -> list[RunRecord]:
-    from . import CLIError, _find_run
-
-    runs = [_find_run(store, text) for text in args.runs]
+    runs = [find_run(store, text) for text in args.runs]
     if args.sweep:
         runs += _sweep_runs(store, args.sweep)
     unique = list({r.id: r for r in runs}.values())
@@ -75,8 +69,6 @@ def _runs(store: RunStore, args: argparse.Namespace) -> list[RunRecord]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from . import EXIT_OK, CLIError, _find_run
-
     formats = _formats(args.format)
     if args.dpi < 72:
         raise CLIError(f"--dpi {args.dpi} is too low", "give at least 72 (300 is print quality)")
@@ -85,7 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     hosts = HostStore()
     with RunStore() as store:
         runs = _runs(store, args)
-        baseline = _find_run(store, args.baseline).id if args.baseline else runs[0].id
+        baseline = find_run(store, args.baseline).id if args.baseline else runs[0].id
         if baseline not in {r.id for r in runs}:
             runs.insert(0, store.get_run(baseline))
         comparison = analysis.compute_comparison(store, hosts, [r.id for r in runs], baseline, n_steps=args.steps,
@@ -119,7 +111,6 @@ def _print_table(comparison: analysis.Comparison) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ..core.outputs.bundle import BundleError, import_bundle
-    from . import EXIT_OK, CLIError
 
     with RunStore() as store:
         try:

@@ -1,31 +1,26 @@
 """``ddpgui hosts list|add|edit|remove|import-ssh-config|test`` and ``ddpgui probe HOST``.
 
 Secrets are never command-line arguments (other users can read those in ps):
-they are asked for on the terminal, or read from stdin with ``--secret-stdin``.
+they are asked for on the terminal (.prompts), or read from stdin with ``--secret-stdin``.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
 import sys
-from collections.abc import Callable
-
-from remote_runner.config import env_problem
 
 from ..core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore, secrets
-from ..core.ssh.auth import SecretRequest
 from ..core.ssh.files import NO_SFTP_NOTE
-from ..core.ssh.known_hosts import HostKeyInfo
-from ..core.targets.base import Target, TargetError
-from ..core.targets.factory import check_python, open_target
+from ..core.targets.factory import check_python
 from ..core.targets.ssh import SSHTarget
 from ..core.targets.zipapp import build_runner
-from .output import terminal_text
+from .common import open_cli_target, terminal_text
+from .options import env_pair
+from .prompts import read_secret
 
 
-def add_host_commands(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Register ``hosts ...`` and ``probe`` on the CLI's subparsers; each sets ``func(args) -> int``."""
     hosts = subparsers.add_parser("hosts", help="host profiles: list, add, edit, remove, import, test")
     sub = hosts.add_subparsers(dest="hosts_command", required=True, metavar="COMMAND")
@@ -66,17 +61,6 @@ def add_host_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the probe's JSON")
     _connect_options(p)
     p.set_defaults(func=cmd_probe)
-
-
-def env_pair(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` of an ``--env``-like option (argparse type)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    problem = env_problem(key, value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return key, value
 
 
 def _profile_options(p: argparse.ArgumentParser, editing: bool) -> None:
@@ -127,16 +111,6 @@ def _changes(args: argparse.Namespace) -> dict:
     return changes
 
 
-def _read_secret(profile: HostProfile, from_stdin: bool) -> str | None:
-    kind = profile.secret_kind
-    if from_stdin:
-        return sys.stdin.readline().rstrip("\n") or None
-    if not sys.stdin.isatty():
-        return None
-    what = "password" if kind == secrets.PASSWORD else f"passphrase of {profile.key_file}"
-    return getpass.getpass(f"{what.capitalize()} for {profile.name} (stored in the keyring; empty: ask each time): ") or None
-
-
 def _check_keyring(profile: HostProfile, from_stdin: bool) -> bool:
     """Whether a secret can be stored for ``profile``; with ``--secret-stdin`` and no keyring, refuse
     (there is no one to ask later); on a terminal, say the secret will be asked for each time."""
@@ -156,7 +130,7 @@ def _check_keyring(profile: HostProfile, from_stdin: bool) -> bool:
 def _store_secret(profile: HostProfile, from_stdin: bool) -> None:
     if profile.secret_kind is None or not _check_keyring(profile, from_stdin):
         return
-    value = _read_secret(profile, from_stdin)
+    value = read_secret(profile, from_stdin)
     if value is None:
         print(f"no {profile.secret_kind} stored for {profile.name}: it will be asked for when connecting "
               "(or use: ddpgui hosts edit NAME --set-secret)")
@@ -238,37 +212,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not report.added:
         print("no profile added")
     return 0
-
-
-def _confirm_host_key(args: argparse.Namespace) -> Callable[[HostKeyInfo], bool]:
-    def confirm(info: HostKeyInfo) -> bool:
-        print(f"The authenticity of host {info.name} can't be established.\n"
-              f"{info.key_type} key fingerprint is {info.sha256_fingerprint}.", file=sys.stderr)
-        if info.other_known_types:
-            print(f"Keys of other types are already known for this host: {', '.join(info.other_known_types)}.",
-                  file=sys.stderr)
-        if args.accept_new_host_key:
-            print("Accepted (--accept-new-host-key) and saved.", file=sys.stderr)
-            return True
-        if not sys.stdin.isatty():
-            raise TargetError(f"the host key of {info.name} is unknown and there is no terminal to confirm it",
-                              "run the command in a terminal, or pass --accept-new-host-key after checking the "
-                              "fingerprint with the host's owner")
-        answer = input("Accept this key? [y/N] ").strip().lower()
-        return answer in ("y", "yes")
-
-    return confirm
-
-
-def _ask_secret(request: SecretRequest) -> str | None:
-    if not sys.stdin.isatty():
-        return None
-    return getpass.getpass(f"{request.prompt} ") or None
-
-
-def open_cli_target(name: str, args: argparse.Namespace, store: HostStore | None = None) -> Target:
-    """The target of a profile, asking on the terminal about unknown host keys and missing secrets."""
-    return open_target(name, store or HostStore(), confirm_host_key=_confirm_host_key(args), ask_secret=_ask_secret)
 
 
 def cmd_test(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""What the command line does to its own process: Ctrl-C, closed pipes, library logging, and user text on a terminal.
+"""What the command line does to its own process: Ctrl-C, closed pipes, library logging.
 
 Every command goes through :func:`run_command`, so each of these holds for all of them:
 
@@ -18,42 +18,7 @@ import sys
 from collections.abc import Callable
 
 from ..core.logs import quiet_library_logs
-
-#: Exit code of a command interrupted by Ctrl-C (128 + SIGINT, as shells report it).
-EXIT_INTERRUPTED = 130
-#: Characters shown escaped besides the C0/C1 controls: the BIDI embeddings, overrides, isolates and marks,
-#: which reorder what follows them on the line (a "Trojan Source" name), and the zero-width ones.
-_INVISIBLE = frozenset("\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
-                       "\u2028\u2029\u2060\u2066\u2067\u2068\u2069\ufeff")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
-
-
-def terminal_text(text: object, multiline: bool = False) -> str:
-    """``text`` safe to print: control characters (ESC, CR, LF, tab, DEL, C1) and BIDI/zero-width characters
-    written as Python escapes (``\\x1b``, ``\\r``, ``\\u202e``), so a name cannot move the cursor, colour the
-    terminal or reorder a table line; ``multiline`` keeps line breaks (a message of several lines).  A text
-    with nothing to escape is returned as it is; in one with escapes, a backslash is doubled too.  Every CLI
-    output of text that came from a user or a host (names, tags, hosts, messages, log lines) goes through here."""
-    text = str(text)
-    if not any(_unsafe(ch) for ch in text if not (multiline and ch == "\n")):
-        return text
-    out = []
-    for ch in text:
-        if multiline and ch == "\n":
-            out.append(ch)
-        elif ch in _NAMED:
-            out.append(_NAMED[ch])
-        elif _unsafe(ch):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _unsafe(ch: str) -> bool:
-    code = ord(ch)
-    return code < 0x20 or 0x7f <= code < 0xa0 or ch in _INVISIBLE
+from .common import EXIT_INTERRUPTED
 
 
 def honour_ctrl_c() -> None:

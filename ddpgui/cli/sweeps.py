@@ -12,46 +12,25 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 from ..core.runs.live import format_duration, format_rate, progress_bar
 from ..core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from ..core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
-from . import (
+from .common import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_STOPPED,
-    SCALAR_SETTINGS,
     CLIError,
-    _manager,
-    _settings,
-    add_launch_settings,
-    find_one,
+    find_sweep,
+    open_manager,
+    terminal_text,
 )
-from .output import EXIT_INTERRUPTED, terminal_text
+from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, launch_settings
 
 #: Off a terminal (a log file), the progress line is repeated at most this often between cells.
 LOG_EVERY_S = 30.0
 _SWEEP_EXIT = {"done": EXIT_OK, "failed": EXIT_FAILED, "stopped": EXIT_STOPPED, "cancelled": EXIT_STOPPED}
-
-
-def _comma_list(convert: Callable | None, choices: tuple | None) -> Callable[[str], list]:
-    """An argparse type: ``a,b,c`` → a list of values, each converted and checked like the launch option's one."""
-    def parse(text: str) -> list:
-        values = []
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                raise argparse.ArgumentTypeError(f"an empty value in {text!r}")
-            try:
-                value = convert(part) if convert else part
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"{part!r} is not a valid {convert.__name__}") from None
-            if choices and value not in choices:
-                raise argparse.ArgumentTypeError(f"{part!r} is not one of {', '.join(map(str, choices))}")
-            values.append(value)
-        return values
-    return parse
 
 
 def _spec(args: argparse.Namespace) -> SweepSpec:
@@ -59,7 +38,7 @@ def _spec(args: argparse.Namespace) -> SweepSpec:
     if not hosts:
         raise CLIError("a sweep needs a host", "e.g. ddpgui sweep local --precision fp32,bf16 --repeats 2")
     shared = argparse.Namespace(**{**vars(args), **dict.fromkeys(SCALAR_SETTINGS), "name": None})
-    base = _settings(shared)
+    base = launch_settings(shared)
     matrix = {}
     for dest, key in SCALAR_SETTINGS.items():
         values = getattr(args, dest)
@@ -75,7 +54,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.resume:
         return _resume(args, args.resume)
     spec = _spec(args)
-    with _manager(args) as manager, SweepRunner(manager) as runner:
+    with open_manager(args) as manager, SweepRunner(manager) as runner:
         sweep = runner.create(spec)
         cells = manager.store.sweep_cells(sweep.id)
         intro = (f"sweep {terminal_text(repr(sweep.name))} ({sweep.id}): {len(cells)} runs on "
@@ -90,7 +69,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace, text: str) -> int:
-    with _manager(args) as manager, SweepRunner(manager) as runner:
+    with open_manager(args) as manager, SweepRunner(manager) as runner:
         sweep = find_sweep(manager.store, text)
         if sweep.state in ("done", "failed"):
             print(f"sweep {sweep.id} has ended ({sweep.state}): nothing to resume", file=sys.stderr)
@@ -99,7 +78,7 @@ def _resume(args: argparse.Namespace, text: str) -> int:
 
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
-    with _manager(args) as manager, SweepRunner(manager) as runner:
+    with open_manager(args) as manager, SweepRunner(manager) as runner:
         sweep = find_sweep(manager.store, args.sweep)
         if not sweep.active:
             print(f"sweep {sweep.id} is already {sweep.state}")
@@ -139,13 +118,6 @@ def cmd_sweep_show(args: argparse.Namespace) -> int:
         print(f"  seeds   {sweep.seeds}")
         _print_cells(store, sweep)
     return EXIT_OK
-
-
-def find_sweep(store: RunStore, text: str) -> SweepRecord:
-    try:
-        return store.get_sweep(text)
-    except KeyError:
-        return find_one(store.list_sweeps(), text, "sweep", "ddpgui sweeps")
 
 
 def _watch(runner: SweepRunner, sweep_id: str, intro: str = "", line_interval_s: float = 0.5) -> int:
@@ -267,7 +239,7 @@ def _print_cells(store: RunStore, sweep: SweepRecord) -> None:
               f"{format_rate(rate, '') if rate else '-':>10}  {terminal_text(cell.reason)}")
 
 
-def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run every combination of settings (each a comma list) × repeats × hosts",
                        description="Run a matrix of runs: each launch setting takes a comma list "
                                    "(--precision fp32,bf16 --nproc 1,2); every combination runs --repeats times "
@@ -276,10 +248,10 @@ def add_sweep_commands(sub: argparse._SubParsersAction) -> None:
     add_launch_settings(p)
     for action in p._actions:  # the launch options, each taking a comma list of its values
         if action.dest in SCALAR_SETTINGS:
-            action.type = _comma_list(action.type, action.choices)
+            action.type = comma_list(action.type, action.choices)
             action.metavar = "A,B" if action.choices is None else "{" + ",".join(map(str, action.choices)) + "},..."
             action.choices = None
-    p.add_argument("--hosts", type=_comma_list(None, None), default=None, metavar="A,B",
+    p.add_argument("--hosts", type=comma_list(None, None), default=None, metavar="A,B",
                    help="run every cell on each of these hosts too (to compare machines, interpreters, torch versions)")
     p.add_argument("--repeats", type=int, default=1, help="runs per combination (default 1)")
     p.add_argument("--parallel", action="store_true",

@@ -8,7 +8,7 @@ import threading
 import pytest
 from helpers.cli_process import cli_env, run_cli
 
-from ddpgui.cli.output import terminal_text
+from ddpgui.cli.common import terminal_text
 from ddpgui.core.store import RunStore, SweepRecord
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

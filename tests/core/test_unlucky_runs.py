@@ -48,6 +48,7 @@ def _held_launch(tmp_path, env):
     driver.write_text(textwrap.dedent(f"""\
         import sys, time
         import ddpgui.cli as cli
+        import ddpgui.cli.runs as cli_runs
 
         def held(done, total, files_done, files_total):
             if files_total == 3 and files_done >= 1:  # the script (3 files), not the runner (1)
@@ -55,7 +56,7 @@ def _held_launch(tmp_path, env):
                 while True:
                     time.sleep(1)
 
-        cli._upload_progress = held
+        cli_runs._upload_progress = held
         sys.exit(cli.main(sys.argv[1:]))
         """))
     proc = subprocess.Popen([sys.executable, str(driver), "launch", "local", "--script", str(script), "--nproc", "1",

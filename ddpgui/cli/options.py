@@ -1,0 +1,97 @@
+"""The run settings options of ``launch`` and ``sweep``, the settings they give, and the argparse types for
+comma lists and KEY=VALUE."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from remote_runner.config import (
+    BACKENDS,
+    COMPILE_MODES,
+    INFERENCE_PRECISIONS,
+    OPTIMIZERS,
+    PRECISIONS,
+    WORKLOADS,
+    env_problem,
+)
+
+#: Launch options that set one config field each (option dest → field); ``ddpgui sweep`` takes each as a list.
+SCALAR_SETTINGS = {
+    "mode": "mode", "workload": "workload", "nproc": "nproc_per_node", "backend": "backend", "compile": "compile",
+    "precision": "precision", "batch_size": "batch_size", "grad_accum": "grad_accum", "lr": "lr",
+    "optimizer": "optimizer", "seed": "seed", "warmup_steps": "warmup_steps", "workers": "num_workers",
+    "log_every": "log_every", "steps": "steps", "epochs": "epochs", "minutes": "minutes",
+}
+
+
+def launch_settings(args: argparse.Namespace) -> dict:
+    """The run settings given by the options of :func:`add_launch_settings` (and ``--name``, ``--tag``)."""
+    settings = {key: getattr(args, dest) for dest, key in SCALAR_SETTINGS.items()}
+    settings.update(name=args.name, grad_checkpointing=args.grad_checkpointing or None, tags=args.tag or None,
+                    env=dict(args.env) if args.env else None)
+    if args.inference_precisions:
+        settings["inference_precisions"] = args.inference_precisions.split(",")
+    if args.script:
+        settings["mode"] = "script"
+        settings["script"] = {"dir": args.script, "entry": args.entry, "args": list(args.script_args),
+                              "metric_regex": args.metric_regex}
+    return settings
+
+
+def add_launch_settings(p: argparse.ArgumentParser) -> None:
+    """The run settings of ``launch`` (``sweep`` takes the same, each as a comma list)."""
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--workload", choices=WORKLOADS, default=None)
+    what.add_argument("--script", metavar="DIR", help="your own script's directory (uploaded with it)")
+    p.add_argument("--entry", default="train.py", help="entry file inside --script DIR")
+    p.add_argument("--metric-regex", default=None, help="regex with named groups step/loss/... for your script's output")
+    p.add_argument("--mode", choices=("train", "inference"), default=None)
+    p.add_argument("--inference-precisions", default=None, help=f"comma list of {','.join(INFERENCE_PRECISIONS)}")
+    p.add_argument("--nproc", type=int, default=None, help="processes (GPUs) per node")
+    p.add_argument("--backend", choices=BACKENDS, default=None)
+    p.add_argument("--compile", choices=COMPILE_MODES, default=None)
+    p.add_argument("--precision", choices=PRECISIONS, default=None)
+    p.add_argument("--batch-size", type=int, default=None, help="per process")
+    p.add_argument("--grad-accum", type=int, default=None)
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, default=None)
+    length.add_argument("--epochs", type=int, default=None)
+    length.add_argument("--minutes", type=float, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--warmup-steps", type=int, default=None)
+    p.add_argument("--workers", type=int, default=None, help="DataLoader workers per process")
+    p.add_argument("--grad-checkpointing", action="store_true")
+    p.add_argument("--log-every", type=int, default=None)
+    p.add_argument("--env", action="append", type=env_pair, metavar="KEY=VALUE", help="environment for the run")
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of an ``--env``-like option (argparse type)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    problem = env_problem(key, value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return key, value
+
+
+def comma_list(convert: Callable | None, choices: tuple | None) -> Callable[[str], list]:
+    """An argparse type: ``a,b,c`` → a list of values, each converted and checked like the launch option's one."""
+    def parse(text: str) -> list:
+        values = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                raise argparse.ArgumentTypeError(f"an empty value in {text!r}")
+            try:
+                value = convert(part) if convert else part
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{part!r} is not a valid {convert.__name__}") from None
+            if choices and value not in choices:
+                raise argparse.ArgumentTypeError(f"{part!r} is not one of {', '.join(map(str, choices))}")
+            values.append(value)
+        return values
+    return parse

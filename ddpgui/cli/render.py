@@ -1,0 +1,86 @@
+"""How the CLI shows runs: a run followed live to its end (progress line, events, summary) and the table of runs."""
+from __future__ import annotations
+
+import sys
+import threading
+
+from remote_runner.spools import EVENTS
+
+from ..core.runs.live import LiveRun, format_rate, progress_line, run_summary, summary_lines
+from ..core.runs.manager import RunManager, RunUpdate
+from ..core.store import RunRecord, RunStore
+from .common import EXIT_FAILED, EXIT_INTERRUPTED, STATE_EXIT, terminal_text
+
+
+def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) -> int:
+    """Print a live line (at most every ``line_interval_s``) until the run has ended; returns the exit code."""
+    record = manager.store.get_run(run_id)
+    live = LiveRun(total_steps=record.total_steps, total_minutes=record.config.get("minutes"))
+    lock = threading.Lock()
+    for rec in manager.store.records(run_id, EVENTS):
+        live.add_event(rec)
+
+    def on_update(update: RunUpdate) -> None:
+        if update.run_id != run_id:
+            if update.connection == "lost":
+                print(f"\nconnection to {terminal_text(update.host)} lost; reconnecting", file=sys.stderr)
+            return
+        with lock:
+            for spool, records in update.records.items():
+                for rec in records:
+                    live.add(spool, rec)
+                    _print_event(spool, rec)
+
+    unsubscribe = manager.subscribe(on_update)
+    tty = sys.stdout.isatty()
+    last_step = -1
+    try:
+        while True:
+            try:
+                record = manager.wait(run_id, timeout=line_interval_s)
+                break
+            except TimeoutError:
+                pass
+            with lock:
+                if live.step != last_step and live.step:
+                    print(("\r" if tty else "") + progress_line(live), end="" if tty else "\n", flush=True)
+                    last_step = live.step
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the run goes on on its host (ddpgui follow {run_id})", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        unsubscribe()
+    if tty:
+        print()
+    _print_summary(manager.store, run_id)
+    return STATE_EXIT.get(record.state, EXIT_FAILED)
+
+
+def _print_event(spool: str, rec: dict) -> None:
+    if spool != EVENTS:
+        return
+    event = rec.get("event")
+    if event == "compile_end":
+        print(f"  compiled in {rec.get('duration_s', 0):.1f} s", file=sys.stderr)
+    elif event == "warmup_done":
+        print(f"  warm-up done at step {rec.get('step')}", file=sys.stderr)
+    elif event in ("warning", "retry"):
+        print(f"  {event}: {terminal_text(rec.get('message') or rec.get('reason'))}", file=sys.stderr)
+    elif event == "inference_unsupported":
+        print(f"  {terminal_text(rec.get('precision'))}: {terminal_text(rec.get('reason'))}", file=sys.stderr)
+
+
+def _print_summary(store: RunStore, run_id: str) -> None:
+    """The ended run's summary, from the store: every follower of the run prints the same."""
+    for line in summary_lines(run_summary(store, run_id)):
+        print(terminal_text(line, multiline=True))
+
+
+def print_runs_table(runs: list[RunRecord]) -> None:
+    """``ddpgui runs``: one line per run, names and hosts cut to their column."""
+    print(f"{'id':<22} {'name':<32} {'host':<12} {'state':<9} {'step':>11} {'samples/s':>10}")
+    for r in runs:
+        step = f"{r.last_step or 0}/{r.total_steps}" if r.total_steps else str(r.last_step or 0)
+        rate = r.summary.get("steady_samples_per_s")
+        print(f"{r.id:<22} {terminal_text(r.name)[:32]:<32} {terminal_text(r.host)[:12]:<12} {r.state:<9} {step:>11} "
+              f"{format_rate(rate, '') if rate else '-':>10}")
