@@ -122,7 +122,7 @@ def slow_arrival(store, n: int = 10_000) -> list[Row]:
 
 def payload_format(rows: int = 32_000) -> list[Row]:
     """Our block payload (header + raw arrays) against np.savez (uncompressed) holding the same arrays."""
-    from ddpgui.core.store import decode_block, encode_block
+    from ddpgui.core.store.blocks import decode_block, encode_block
 
     records = [json.loads(line) for line in _lines(0, rows)]
     payload = encode_block(records)

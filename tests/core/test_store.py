@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpgui.core import store as store_module
 from ddpgui.core.runs.protocol import Chunk
-from ddpgui.core.store import COMPACT_AFTER, RunNotFound, RunStore, StoreCorruptError, StoreGapError, StoreVersionError
+from ddpgui.core.store import RunNotFound, RunStore, StoreCorruptError, StoreGapError, StoreVersionError, ingest, schema
+from ddpgui.core.store.ingest import COMPACT_AFTER
 
 METRICS, TELEMETRY, EVENTS = "metrics.jsonl", "telemetry.jsonl", "events.jsonl"
 
@@ -268,7 +268,7 @@ def test_small_blocks_are_compacted_and_series_stay_identical(store):
 
 
 def test_compaction_keeps_big_blocks_in_order(store, monkeypatch):
-    monkeypatch.setattr(store_module, "SMALL_BLOCK", 10)
+    monkeypatch.setattr(ingest, "SMALL_BLOCK", 10)
     records = [metric(i) for i in range(60)]
     data = spool_bytes(records)
     # small, small, big, small, small: merging may never reorder across the big block
@@ -302,9 +302,9 @@ def test_gpu_and_cpu_telemetry_round_trip(store):
     assert store.series("r1") == {}  # nothing in metrics.jsonl
 
 
-@pytest.mark.parametrize("piece", [40, store_module.LOG_PIECE])
+@pytest.mark.parametrize("piece", [40, ingest.LOG_PIECE])
 def test_events_keep_arrival_order_and_logs_keep_their_tail(tmp_path, monkeypatch, piece):
-    monkeypatch.setattr(store_module, "LOG_PIECE", piece)
+    monkeypatch.setattr(ingest, "LOG_PIECE", piece)
     with RunStore(tmp_path / "runs.sqlite3", log_tail_bytes=100) as s:
         s.create_run("r1")
         events = [{"event": "started", "seq": 0, "t": 1.0},
@@ -390,8 +390,8 @@ def test_delete_run_removes_everything_of_it(store):
 def test_a_v1_file_is_migrated_with_its_data(tmp_path, monkeypatch):
     path = tmp_path / "runs.sqlite3"
     data = spool_bytes([metric(i) for i in range(10)])
-    migrations = store_module.MIGRATIONS
-    monkeypatch.setattr(store_module, "MIGRATIONS", migrations[:1])
+    migrations = schema.MIGRATIONS
+    monkeypatch.setattr(schema, "MIGRATIONS", migrations[:1])
     with RunStore(path) as s:
         assert s.schema_version == 1
         s.create_run("r1", name="old run", tags=["x"])
@@ -400,13 +400,13 @@ def test_a_v1_file_is_migrated_with_its_data(tmp_path, monkeypatch):
     def v2(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT ''")
 
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*migrations, v2])
+    monkeypatch.setattr(schema, "MIGRATIONS", [*migrations, v2])
     with RunStore(path) as s:
         assert s.schema_version == len(migrations) + 1
         assert s._conn().execute("SELECT name, notes FROM runs").fetchall() == [("old run", "")]
         assert s.get_run("r1").tags == ["x"]
         assert s.records("r1") == [metric(i) for i in range(10)] and s.offsets("r1") == {METRICS: len(data)}
-    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:1])
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     with pytest.raises(StoreVersionError, match="newer ddpgui"):
         RunStore(path)
 

@@ -10,10 +10,10 @@ import time
 import pytest
 from helpers.spools import wait_for
 
-from ddpgui.core import store as store_module
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore, SweepCell, SweepRecord
+from ddpgui.core.store import schema as store_module
 from ddpgui.core.sweeps import SweepError, SweepRunner, SweepSpec, plan_sweep
 from ddpgui.core.targets.factory import open_target
 
