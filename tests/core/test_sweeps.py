@@ -12,7 +12,7 @@ from helpers.spools import wait_for
 
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager
-from ddpgui.core.store import RunStore, SweepCell, SweepRecord
+from ddpgui.core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from ddpgui.core.store import schema as store_module
 from ddpgui.core.sweeps import SweepError, SweepRunner, SweepSpec, plan_sweep
 from ddpgui.core.targets.factory import open_target
@@ -292,7 +292,10 @@ def test_cli_sweep_table_list_interrupt_and_resume(tmp_path):
         def first_cell_launched():
             sweeps = [s for s in store.list_sweeps() if s.name == "to interrupt"]
             cells = store.sweep_cells(sweeps[0].id) if sweeps else []
-            return cells and cells[0].run_id and store.get_run(cells[0].run_id).run_dirs
+            try:  # the runner names the cell's run before the launch inserts its row
+                return cells and cells[0].run_id and store.get_run(cells[0].run_id).run_dirs
+            except RunNotFound:
+                return False
         assert wait_for(first_cell_launched, timeout=120)
         interrupted.send_signal(signal.SIGINT)
         out, err = interrupted.communicate(timeout=120)
