@@ -1,1 +1,1 @@
-"""Everything the app can do, without Qt: hosts, targets, runs, store, analysis, export."""
+"""Everything the app can do, without Qt: hosts, ssh, targets, runs, store, sweeps, analysis, outputs."""

@@ -1,0 +1,1 @@
+"""The app's dialogs: host profile, host key, secret prompt, new sweep, export."""
