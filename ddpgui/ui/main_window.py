@@ -21,11 +21,10 @@ from PySide6.QtWidgets import (
 
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager, RunUpdate
-from ddpgui.core.runs.workers import launch_on_nodes
+from ddpgui.core.runs.workers import launch_on_nodes, launch_run, probe_host
 from ddpgui.core.ssh.known_hosts import HostKeyChanged, KnownHosts
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
-from ddpgui.core.targets.uploads import collected_skips
 from remote_runner.status import FINAL_STATES
 
 from .bridge import RunUpdates
@@ -42,30 +41,6 @@ from .workers import WorkerPool
 
 #: Minutes a priced host may sit idle before the app reminds that it still costs money.
 IDLE_MINUTES_DEFAULT = 15
-
-
-def test_host(manager: RunManager, host: str):
-    """Worker: connect, deploy the runner and probe; yields progress text, returns the probe report."""
-    yield "connecting"
-    try:
-        target = manager.target(host)
-        yield "probing"
-        return target.probe()
-    except Exception:
-        manager.drop_target(host)  # the next try reconnects from scratch
-        raise
-
-
-def launch_run(manager: RunManager, host: str, settings: dict, progress):
-    """Worker: deploy, upload and launch (``progress`` is thread-safe); yields the files a script upload
-    skipped (and why), returns the RunRecord."""
-    progress(0, 0, "connecting and uploading the runner…")
-    with collected_skips() as skipped:
-        record = manager.launch(host, settings, progress=lambda done, total, files, nfiles: progress(
-            done, total, f"uploading {files}/{nfiles} files"))
-    if skipped:
-        yield skipped
-    return record
 
 
 class MainWindow(QMainWindow):
@@ -230,7 +205,7 @@ class MainWindow(QMainWindow):
             if isinstance(exc, HostKeyChanged):
                 ChangedHostKeyDialog(name, str(exc), getattr(exc, "hint", ""), self).open()
 
-        self.workers.start(test_host, self.manager, name, on_yield=lambda text: self.hosts_panel.set_status(
+        self.workers.start(probe_host, self.manager, name, on_yield=lambda text: self.hosts_panel.set_status(
             name, "checking", f"{text}…"), on_return=done, on_error=failed)
 
     # ---- runs ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Qt-free worker functions the app runs on its worker threads: launching one run on several nodes."""
+"""Qt-free worker functions the app runs on its worker threads: probing a host, launching a run on one or several nodes."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -22,4 +22,28 @@ def launch_on_nodes(manager: RunManager, hosts: list[str], settings: dict,
                                       progress(done, total, f"uploading {files}/{nfiles} files"))
     if skipped:
         yield list(checked.warnings) + sorted(set(skipped))
+    return record
+
+
+def probe_host(manager: RunManager, host: str):
+    """Worker: connect, deploy the runner and probe; yields progress text, returns the probe report."""
+    yield "connecting"
+    try:
+        target = manager.target(host)
+        yield "probing"
+        return target.probe()
+    except Exception:
+        manager.drop_target(host)  # the next try reconnects from scratch
+        raise
+
+
+def launch_run(manager: RunManager, host: str, settings: dict, progress: Callable[[int, int, str], None]):
+    """Worker: deploy, upload and launch (``progress`` is thread-safe); yields the files a script upload
+    skipped (and why), returns the RunRecord."""
+    progress(0, 0, "connecting and uploading the runner…")
+    with collected_skips() as skipped:
+        record = manager.launch(host, settings, progress=lambda done, total, files, nfiles: progress(
+            done, total, f"uploading {files}/{nfiles} files"))
+    if skipped:
+        yield skipped
     return record
