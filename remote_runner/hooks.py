@@ -3,10 +3,12 @@
 - ``DDPGUI_TEST_FAIL_RANK=R`` with ``DDPGUI_TEST_FAIL_STEP=S``: rank R raises ``RuntimeError("injected failure
   ...")`` at the start of step S; the tests use it to prove that the other ranks do not hang.
 - ``DDPGUI_BENCH_NO_SPOOL`` and ``DDPGUI_BENCH_TIMINGS=PATH`` (benchmarks/bench_runner.py measures what the spool
-  costs): skip the metrics writes, and write the steady-state step rate to PATH.
+  costs): skip the metrics writes, and write the steady-state step rate to PATH, with the time rank 0 spent
+  in the metrics writes when it made them.
 """
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional, TypeVar
@@ -31,6 +33,29 @@ class NoSpool:
 
     def close(self) -> None:
         pass
+
+
+class TimedSpool:
+    """The metrics SpoolWriter with the time spent in its writes counted (the timings benchmark's in-run measure):
+    wall time, and this thread's CPU time (which a preemption by the other rank's threads does not inflate)."""
+
+    def __init__(self, writer: SpoolWriter):
+        self.writer = writer
+        self.writes = 0
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+
+    def write(self, record: dict) -> int:
+        started, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return self.writer.write(record)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.cpu_seconds += time.thread_time() - cpu
+            self.writes += 1
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 @dataclass(frozen=True)
@@ -59,14 +84,21 @@ class Hooks:
         raise RuntimeError("injected failure on rank %d at step %d (%s)" % (self.rank, self.fail_step, FAIL_STEP_ENV))
 
     def metrics_spool(self, path: str) -> object:
-        """The metrics spool at ``path``: a SpoolWriter, or a NoSpool in the no-spool benchmark."""
-        return NoSpool() if self.no_spool else SpoolWriter(path)
+        """The metrics spool at ``path``: a SpoolWriter, a NoSpool in the no-spool benchmark, a TimedSpool in
+        the timings benchmark."""
+        if self.no_spool:
+            return NoSpool()
+        return TimedSpool(SpoolWriter(path)) if self.timings_path else SpoolWriter(path)
 
-    def steady_rate(self, steady_samples_per_s: Optional[float], global_batch: int) -> None:
-        """Write the run's steady-state step rate for the benchmark, when it asked and there is one."""
+    def steady_rate(self, steady_samples_per_s: Optional[float], global_batch: int, spool: object = None) -> None:
+        """Write the run's steady-state step rate for the benchmark, when it asked and there is one, and the
+        writes and seconds of a TimedSpool ``spool``."""
         if self.timings_path and steady_samples_per_s:
+            timings = {"steady_steps_per_s": steady_samples_per_s / global_batch}
+            if isinstance(spool, TimedSpool):
+                timings.update(spool_writes=spool.writes, spool_write_s=spool.seconds, spool_write_cpu_s=spool.cpu_seconds)
             with open(self.timings_path, "w") as fh:
-                json.dump({"steady_steps_per_s": steady_samples_per_s / global_batch}, fh)
+                json.dump(timings, fh)
 
 
 def injected_failure_step(rank: int) -> Optional[int]:

@@ -189,7 +189,7 @@ class TrainLog(RunLog):
                    final_loss=self.losses[-1] if self.losses else None, best_loss=min(finite) if finite else None,
                    mem_peak_gib=peak_memory_gib(self.device))
         self.close()
-        self.hooks.steady_rate(steady, self.global_batch)
+        self.hooks.steady_rate(steady, self.global_batch, self.metrics)
 
 
 def data_loader(cfg: RunConfig, env: Env, dataset: Dataset) -> tuple[DataLoader, DistributedSampler]:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from remote_runner import hooks
-from remote_runner.hooks import Hooks, NoSpool
+from remote_runner.hooks import Hooks, NoSpool, TimedSpool
 from remote_runner.ranklog import NullLog, RunLog
 from remote_runner.spools import METRICS, SpoolWriter
 
@@ -49,6 +49,21 @@ def test_bench_hooks_skip_the_spool_and_write_the_step_rate(monkeypatch, tmp_pat
     writer = Hooks(0).metrics_spool(str(tmp_path / METRICS))
     assert isinstance(writer, SpoolWriter)
     writer.close()
+
+
+def test_the_timings_hook_counts_the_time_of_the_metrics_writes(monkeypatch, tmp_path):
+    monkeypatch.setenv(hooks.BENCH_TIMINGS_ENV, str(tmp_path / "timings.json"))
+    hook = Hooks.from_environ(0)
+    spool = hook.metrics_spool(str(tmp_path / METRICS))
+    assert isinstance(spool, TimedSpool)
+    for step in range(1, 4):
+        spool.write({"step": step, "loss": 1.0 / step})
+    spool.close()
+    assert [json.loads(line)["step"] for line in (tmp_path / METRICS).read_text().splitlines()] == [1, 2, 3]
+    hook.steady_rate(640.0, 64, spool)
+    timings = json.loads((tmp_path / "timings.json").read_text())
+    assert timings["steady_steps_per_s"] == 10.0 and timings["spool_writes"] == 3
+    assert 0 < timings["spool_write_s"] < 1 and 0 <= timings["spool_write_cpu_s"] < 1
 
 
 def test_rank_zero_writes_and_the_null_log_does_nothing(tmp_path):
