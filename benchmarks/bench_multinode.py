@@ -68,7 +68,7 @@ def run(repeats: int = 3) -> list[Row]:
         manager, store = _manager(root, servers, keys)
         try:
             for host in ("node0", "node1"):  # connect, upload the runner and probe once, outside the timings
-                manager.probe(host)
+                manager.targets.probe(host)
             one, two, checks = [], [], []
             for _ in range(repeats):
                 t0 = time.perf_counter()

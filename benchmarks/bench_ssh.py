@@ -77,10 +77,10 @@ def _first_metric_by_hand(root: Path, cfg: dict) -> float:
 def launch_overhead(root: Path, manager, repeats: int = 3) -> list[Row]:
     cfg = {"workload": "linear", "nproc_per_node": 2, "steps": 20, "log_every": 1}
     t0 = time.perf_counter()
-    manager.target("loop")  # connects and uploads the runner (a fresh run root: nothing there yet)
+    manager.targets.target("loop")  # connects and uploads the runner (a fresh run root: nothing there yet)
     upload_s = time.perf_counter() - t0
-    uploaded = manager.package.size
-    manager.environment("loop")
+    uploaded = manager.targets.package.size
+    manager.targets.environment("loop")
     ours, by_hand = [], []
     for _ in range(repeats):
         got = threading.Event()

@@ -40,7 +40,7 @@ def test_adopt_takes_back_ended_and_live_runs_after_the_store_is_gone(tmp_path):
                                                   "name": "ended one", "tags": ["a"]}).id, timeout=240)
         assert ended.state == "finished"
         live = first.launch("local", {"workload": "linear", "steps": 100000, "log_every": 1}, follow=False)
-        target = first.target("local")
+        target = first.targets.target("local")
         assert wait_for(lambda: target.status(live.run_dirs[0])["state"] == "running", timeout=120)
         first.close()
     _delete_store(path)

@@ -52,7 +52,7 @@ def test_run_that_ended_unfollowed_is_completed_on_reattach(tmp_path):
     with RunStore(tmp_path / "runs.sqlite3") as store:
         first = RunManager(store, hosts, lambda name: open_target(name, hosts))
         record = first.launch("local", {"workload": "linear", "steps": 30}, follow=False)
-        target = first.target("local")
+        target = first.targets.target("local")
         assert wait_for(lambda: target.status(record.run_dirs[0])["state"] == "finished")
         first.close()
         assert store.get_run(record.id).state == "starting"  # nothing followed it

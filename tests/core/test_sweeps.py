@@ -152,7 +152,7 @@ def test_compile_by_precision_by_processes_with_two_repeats_all_done(manager):
 
 @pytest.mark.slow
 def test_parallel_runs_cells_side_by_side_while_the_host_has_room(manager):
-    env = manager.environment("local")
+    env = manager.targets.environment("local")
     room = env["gpu_count"] or env["cpu_count"]
     runner = SweepRunner(manager)
     sweep = runner.start(SweepSpec(hosts=["local"], base=dict(TINY, steps=100), repeats=2, parallel=True))

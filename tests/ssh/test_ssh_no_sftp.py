@@ -105,7 +105,7 @@ def test_launch_and_follow_a_gloo_run_to_the_end(manager):
     assert [r["step"] for r in manager.store.records(record.id)] == list(range(1, 26))
     for spool in ("metrics.jsonl", "telemetry.jsonl", "events.jsonl"):
         assert manager.store.records(record.id, spool) == host_records(final.run_dirs[0], spool), spool
-    assert manager.target("nosftp").connection.sftp_offered is False
+    assert manager.targets.target("nosftp").connection.sftp_offered is False
 
 
 @pytest.mark.slow
@@ -123,8 +123,8 @@ def test_two_nodes_one_without_sftp(manager):
     final = manager.wait(record.id, timeout=300)
     assert final.state == "finished", (final.message, final.hint)
     assert [r["step"] for r in manager.store.records(record.id)] == list(range(1, 21))
-    assert manager.target("nosftp").connection.sftp_offered is False
-    assert manager.target("sftp").connection.sftp_offered is True
+    assert manager.targets.target("nosftp").connection.sftp_offered is False
+    assert manager.targets.target("sftp").connection.sftp_offered is True
 
 
 @pytest.mark.slow

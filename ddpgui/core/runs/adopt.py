@@ -51,7 +51,7 @@ def adopt_runs(manager: RunManager, hosts: list[str], follow: bool = True) -> Ad
     hosts = list(dict.fromkeys(hosts))
     found: dict[str, dict[int, list[_NodeDir]]] = {}
     for host in hosts:
-        listing = manager.target(host).list_runs()
+        listing = manager.targets.target(host).list_runs()
         for entry in listing.get("runs", []):
             config = entry.get("config")
             where = f"{host}:{entry.get('run_dir')}"
@@ -113,7 +113,7 @@ def _create(manager: RunManager, run_id: str, nodes: dict[int, _NodeDir]) -> Run
         profile_env = manager.hosts.get(first.host).nccl_env
         config["env"] = {k: v for k, v in (config.get("env") or {}).items() if profile_env.get(k) != v}
     status = first.status or {}
-    fingerprints = [manager.environment(h) for h in hosts]
+    fingerprints = [manager.targets.environment(h) for h in hosts]
     environment = fingerprints[0] if len(hosts) == 1 else dict(fingerprints[0], nodes=fingerprints, warnings=[])
     run_dirs = {k: d.run_dir for k, d in nodes.items()}
     record = manager.store.create_run(

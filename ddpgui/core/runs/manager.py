@@ -23,7 +23,7 @@ from remote_runner.status import FINAL_STATES
 
 from ..hosts import HostStore
 from ..store import RunRecord, RunStore
-from ..targets.base import Progress, Target, TargetError
+from ..targets.base import Progress, TargetError
 from ..targets.pool import OpenTarget, TargetPool
 from ..targets.zipapp import RunnerPackage
 from . import launches, multinode
@@ -48,27 +48,6 @@ class RunManager:
         self._lock = threading.RLock()
         self._ended = threading.Condition(self._lock)
         self._sink = FollowSink(self._store_chunks, self._heartbeat, self._run_ended, self._emit)
-
-    # ---- targets (the pool's, named here for the app, the CLI and the sweeps) ------------
-    @property
-    def package(self) -> RunnerPackage:
-        return self.targets.package
-
-    def target(self, host: str, progress: Progress | None = None) -> Target:
-        """The host's target with the runner deployed (one connection per host, reused)."""
-        return self.targets.target(host, progress)
-
-    def drop_target(self, host: str) -> None:
-        """Forget a host's connection (after it dropped); the next use reconnects."""
-        self.targets.drop(host)
-
-    def probe(self, host: str) -> dict:
-        """The host's probe report (probed once per manager)."""
-        return self.targets.probe(host)
-
-    def environment(self, host: str) -> dict:
-        """The host's environment fingerprint (probed once per manager)."""
-        return self.targets.environment(host)
 
     # ---- listeners -----------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -99,12 +78,12 @@ class RunManager:
                                        state="launching", total_steps=cfg.steps, sweep_id=sweep_id,
                                        environment=launches.launcher(launches.STAGE_CONNECTING))
         try:
-            target = self.target(host, progress)
+            target = self.targets.target(host, progress)
             if cfg.mode == "script":
                 self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_UPLOADING))
                 launches.upload_script(target, cfg, progress)
                 self.store.update_run(cfg.run_id, config=cfg.to_dict())
-            environment = self.environment(host)
+            environment = self.targets.environment(host)
             self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_STARTING))
             result = target.launch(cfg)
         except BaseException as exc:
@@ -289,7 +268,7 @@ class RunManager:
         else:
             for node, run_dir in record.run_dirs.items():
                 try:
-                    status = self.target(record.hosts[int(node)]).stop(run_dir)
+                    status = self.targets.target(record.hosts[int(node)]).stop(run_dir)
                 except TargetError as exc:
                     if exc.failure != "run_dir_missing":
                         raise
@@ -314,7 +293,7 @@ class RunManager:
             self.stop(run_id)
         if remote:
             for node, run_dir in record.run_dirs.items():
-                target = self.target(record.hosts[int(node)])
+                target = self.targets.target(record.hosts[int(node)])
                 if posixpath.dirname(run_dir) != posixpath.join(target.run_root(), "runs"):
                     raise TargetError(f"refusing to delete {run_dir}: it is not a run directory under "
                                       f"{target.run_root()}")

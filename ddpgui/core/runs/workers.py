@@ -29,11 +29,11 @@ def probe_host(manager: RunManager, host: str):
     """Worker: connect, deploy the runner and probe; yields progress text, returns the probe report."""
     yield "connecting"
     try:
-        target = manager.target(host)
+        target = manager.targets.target(host)
         yield "probing"
         return target.probe()
     except Exception:
-        manager.drop_target(host)  # the next try reconnects from scratch
+        manager.targets.drop(host)  # the next try reconnects from scratch
         raise
 
 

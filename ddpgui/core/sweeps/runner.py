@@ -238,7 +238,7 @@ class SweepRunner:
 
     def _capacity(self, job: _Job, host: str) -> int:
         """Processes the host runs side by side: its GPUs, or its CPUs when it has none (from its probe)."""
-        env = self.manager.environment(host)
+        env = self.manager.targets.environment(host)
         capacity = max(1, env.get("gpu_count") or env.get("cpu_count") or 1)
         widest = max(_processes(c) for c in self.store.sweep_cells(job.sweep.id) if c.host == host)
         job.slots[host] = max(1, capacity // widest)
