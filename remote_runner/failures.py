@@ -278,6 +278,12 @@ def classify(exit_code: Optional[int], log_text: str, errors: list[dict], stop_r
                          "the number of processes, or use a host with more RAM", root_rank)
     if root_rank is not None and root_exit not in (None, -signal.SIGTERM):
         exc_type, exc_message = _exception_of(log_text, root_rank)
+        if exc_message and _PEER_LOST.search(exc_message):
+            # torchrun names the first failure it polled: when both ranks end within one poll that can be the rank
+            # whose collective saw the other go. The rank that raised something else is the cause.
+            cause = _first_cause(log_text, root_rank)
+            if cause:
+                return _rank_died(*cause)
         return _rank_died(root_rank, exc_type, exc_message, root_exit)
     if exit_code == -signal.SIGTERM or root_exit == -signal.SIGTERM:
         return Diagnosis("stopped", "The run was ended by SIGTERM from outside the app (a host shutdown, a job "
@@ -333,6 +339,15 @@ def _exception_of(log_text: str, rank: Optional[int]) -> tuple[Optional[str], Op
     if not mine:
         return None, None
     return mine[-1][1].rsplit(".", 1)[-1], (mine[-1][2] or "").strip() or None
+
+
+def _first_cause(log_text: str, besides: int) -> Optional[tuple[int, str, Optional[str]]]:
+    """(rank, type, message) of the first exception line of a rank other than ``besides`` that is not a lost peer."""
+    for m in _EXCEPTION_LINE.finditer(log_text):
+        if m.group(1) is not None and int(m.group(1)) != besides and not m.group(2).endswith("ChildFailedError") \
+                and not _PEER_LOST.search(m.group(3) or ""):
+            return int(m.group(1)), m.group(2).rsplit(".", 1)[-1], (m.group(3) or "").strip() or None
+    return None
 
 
 def _rank_died(rank: Optional[int], exc_type: Optional[str], exc_message: Optional[str],

@@ -2,6 +2,8 @@
 
 - ``DDPGUI_TEST_FAIL_RANK=R`` with ``DDPGUI_TEST_FAIL_STEP=S``: rank R raises ``RuntimeError("injected failure
   ...")`` at the start of step S; the tests use it to prove that the other ranks do not hang.
+- ``DDPGUI_TEST_STEP_SECONDS=S``: every step takes at least S seconds (the loop waits before fetching the step's
+  batch), so a test that needs a settled throughput gets one on a loaded machine.
 - ``DDPGUI_BENCH_NO_SPOOL`` and ``DDPGUI_BENCH_TIMINGS=PATH`` (benchmarks/bench_runner.py measures what the spool
   costs): skip the metrics writes, and write the steady-state step rate to PATH, with the time rank 0 spent
   in the metrics writes when it made them.
@@ -17,6 +19,7 @@ from remote_runner.spools import SpoolWriter
 
 FAIL_RANK_ENV = "DDPGUI_TEST_FAIL_RANK"
 FAIL_STEP_ENV = "DDPGUI_TEST_FAIL_STEP"
+STEP_SECONDS_ENV = "DDPGUI_TEST_STEP_SECONDS"
 #: Benchmark hooks (benchmarks/bench_runner.py measures what the spool costs): skip the
 #: metrics writes, and write the steady-state step rate to the named file.
 BENCH_NO_SPOOL_ENV = "DDPGUI_BENCH_NO_SPOOL"
@@ -66,17 +69,28 @@ class Hooks:
     fail_step: Optional[int] = None  # this rank fails at the start of this step
     no_spool: bool = False  # metrics are not written
     timings_path: Optional[str] = None  # where the steady-state step rate goes
+    step_seconds: float = 0.0  # every step takes at least this long
 
     @classmethod
     def from_environ(cls, rank: int) -> "Hooks":
         return cls(rank, injected_failure_step(rank), bool(os.environ.get(BENCH_NO_SPOOL_ENV)),
-                   os.environ.get(BENCH_TIMINGS_ENV) or None)
+                   os.environ.get(BENCH_TIMINGS_ENV) or None, float(os.environ.get(STEP_SECONDS_ENV) or 0.0))
 
     def batches(self, batches: Iterator[T], grad_accum: int) -> Iterator[T]:
         """The training loop's stream of micro-batches, failing when step ``fail_step`` asks for its first."""
+        if self.step_seconds > 0:
+            batches = self._paced(batches, grad_accum)
         if self.fail_step is None or self.fail_step < 1:  # a step the loop never starts never fails
             return batches
         return self._failing(batches, grad_accum)
+
+    def _paced(self, batches: Iterator[T], grad_accum: int) -> Iterator[T]:
+        due = time.perf_counter()
+        for i, batch in enumerate(batches):
+            if i % grad_accum == 0:
+                time.sleep(max(0.0, due - time.perf_counter()))
+                due = max(due, time.perf_counter() - self.step_seconds) + self.step_seconds
+            yield batch
 
     def _failing(self, batches: Iterator[T], grad_accum: int) -> Iterator[T]:
         for _ in range((self.fail_step - 1) * grad_accum):  # the micro-batches of the steps before it

@@ -12,6 +12,7 @@ from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
+from remote_runner.hooks import STEP_SECONDS_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +23,12 @@ def data_dir(tmp_path_factory):
     data = tmp_path_factory.mktemp("data")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DDPGUI_DATA_DIR", str(data))
+        mp.setenv(STEP_SECONDS_ENV, "0.02")  # a throughput that settles on a loaded machine: every figure has data
         hosts = HostStore(data / "hosts.json")
         with RunStore() as store, RunManager(store, hosts, lambda name: open_target(name, hosts)) as manager:
             ids = []
             for nproc, seed in ((1, 0), (1, 1), (2, 0)):
-                record = manager.launch("local", {"workload": "mlp", "nproc_per_node": nproc, "steps": 30,
+                record = manager.launch("local", {"workload": "mlp", "nproc_per_node": nproc, "steps": 60,
                                                   "seed": seed, "name": f"mlp {nproc}p seed {seed}"})
                 final = manager.wait(record.id, timeout=240)
                 assert final.state == "finished", (final.message, store.log_tail(record.id)[-2000:])

@@ -4,6 +4,7 @@ failures, quoted from public issues (each names its source)."""
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,6 +60,21 @@ def test_rank_that_raised_in_torchrun_output():
     found = classify(1, fixture("torchrun_rank1_valueerror.stderr.txt"), [])
     assert (found.kind, found.rank) == ("rank_died", 1)
     assert found.message == "Rank 1 raised ValueError: loss became NaN at step 17."
+
+
+def test_the_cause_wins_when_torchrun_names_the_rank_that_only_saw_it():
+    log = fixture("torchrun_root_cause_is_the_echo.stderr.txt")
+    assert re.search(r"Root Cause.*?rank\s*: 0", log, re.DOTALL)  # torchrun blames the echo
+    found = classify(1, log, [])
+    assert (found.kind, found.rank) == ("rank_died", 1)
+    assert found.message == "Rank 1 raised ValueError: loss became NaN at step 17."
+
+
+def test_a_lost_peer_with_no_other_cause_stays_the_root_ranks():
+    log = fixture("torchrun_root_cause_is_the_echo.stderr.txt").replace(
+        "[rank1]: ValueError: loss became NaN at step 17", "[rank1]: killed")
+    found = classify(1, log, [])
+    assert (found.kind, found.rank) == ("rank_died", 0) and "Connection closed by peer" in found.message
 
 
 def test_rank_killed_by_sigkill_in_torchrun_output():
@@ -349,8 +365,9 @@ def test_diagnose_of_an_empty_run_directory(tmp_path):
 # --- live: the real torchrun and torch.compile --------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_live_torchrun_rank_failure(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+@pytest.mark.parametrize("poll", ["0.1", "2"])  # at 2 s both ranks end within one poll and torchrun blames rank 0
+def test_live_torchrun_rank_failure(tmp_path, poll):
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--monitor-interval", poll,
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
                            str(FIXTURES / "fail_rank1.py")],
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
