@@ -5,6 +5,7 @@ Re-exports the names the rest of the code imports from ``ddpgui.core.hosts``.
 from . import secrets
 from .profiles import (
     AUTH_METHODS,
+    KINDS,
     LOCAL,
     Hop,
     HostError,
@@ -14,7 +15,9 @@ from .profiles import (
     local_profile,
     parse_hop,
 )
+from .slurm_options import GPU_FLAGS, SlurmOptions, format_time_limit, time_limit_seconds
 from .store import HostStore
 
-__all__ = ["AUTH_METHODS", "LOCAL", "Hop", "HostError", "HostNotFound", "HostProfile", "HostStore", "HostsFileError",
-           "local_profile", "parse_hop", "secrets"]
+__all__ = ["AUTH_METHODS", "GPU_FLAGS", "KINDS", "LOCAL", "Hop", "HostError", "HostNotFound", "HostProfile",
+           "HostStore", "HostsFileError", "SlurmOptions", "format_time_limit", "local_profile", "parse_hop", "secrets",
+           "time_limit_seconds"]

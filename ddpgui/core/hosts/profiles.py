@@ -2,11 +2,13 @@
 
 ``local`` ("This computer") always exists: it runs the runner through a
 subprocess, so only its interpreter, run root, price and notes can be edited.
+A profile of kind ``slurm`` is an SSH profile to a cluster's login node plus its
+:class:`~ddpgui.core.hosts.slurm_options.SlurmOptions` (its run root is on the
+cluster's shared filesystem).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +17,14 @@ from pathlib import Path
 from remote_runner.config import env_problem
 
 from . import secrets
+from .errors import HostError, shown
+from .slurm_options import SlurmOptions
 
 LOCAL = "local"
 LOCAL_DISPLAY_NAME = "This computer"
 
+#: What a profile is: one SSH host, or a Slurm cluster reached over SSH through its login node.
+KINDS = ("ssh", "slurm")
 AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
 #: The keyring secret each authentication method needs, if any.
 SECRET_KIND = {"key_passphrase": secrets.PASSPHRASE, "password": secrets.PASSWORD}
@@ -27,15 +33,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HOSTNAME = re.compile(r"^[^\s@/\\'\"`$;&|<>()]+$")
 _USER = re.compile(r"^[^\s@:/'\"`$;&|<>()]*$")
 _HOP = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:\s@\[\]]+)(?::(?P<port>\d+))?$")
-
-
-class HostError(ValueError):
-    """A profile that cannot be saved or used; ``field`` names the offending field."""
-
-    def __init__(self, field_name: str, message: str, hint: str = ""):
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-        self.hint = hint
 
 
 class HostNotFound(KeyError):
@@ -64,6 +61,8 @@ class HostProfile:
     notes: str = ""
     nccl_env: dict[str, str] = field(default_factory=dict)
     rdzv_address: str | None = None
+    kind: str = "ssh"
+    slurm: SlurmOptions | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,6 +70,11 @@ class HostProfile:
     @property
     def is_local(self) -> bool:
         return self.name == LOCAL
+
+    @property
+    def is_slurm(self) -> bool:
+        """A Slurm cluster: runs are jobs submitted through the login node this profile logs into."""
+        return self.kind == "slurm"
 
     @property
     def display_name(self) -> str:
@@ -95,8 +99,18 @@ class HostProfile:
             _check(problem is None, "nccl_env", problem)
         _check(isinstance(self.python, str) and "\n" not in self.python, "python", "must be one line")
         _check(isinstance(self.run_root, str) and "\n" not in self.run_root, "run_root", "must be one line")
+        _check(self.kind in KINDS, "kind", f"must be one of {', '.join(KINDS)}, got {shown(self.kind)}")
         if self.is_local:
+            _check(self.kind == "ssh" and self.slurm is None, "kind",
+                   f"{LOCAL_DISPLAY_NAME} runs here, it cannot be a Slurm cluster")
             return
+        if self.is_slurm:
+            if not isinstance(self.slurm, SlurmOptions):
+                raise HostError("slurm.partition", "a Slurm cluster needs its Slurm options, at least a partition",
+                                "e.g. ddpgui hosts edit NAME --kind slurm --partition gpu")
+            self.slurm.validate()
+        else:
+            _check(self.slurm is None, "slurm", "only a profile of kind slurm has Slurm options")
         _check(isinstance(self.hostname, str) and bool(_HOSTNAME.match(self.hostname))
                and not self.hostname.startswith("-"), "hostname",
                f"must be a host name or address without spaces, got {self.hostname!r}")
@@ -140,14 +154,9 @@ class HostProfile:
             kind, ok = _FIELD_TYPES[name]
             if not ok(value):
                 raise HostError(name, f"must be {kind} (got {shown(value)})")
+        if data.get("slurm") is not None:
+            data = dict(data, slurm=SlurmOptions.from_json(data["slurm"]))
         return cls(**data)
-
-
-def shown(value: object) -> str:
-    """A value as a message about the hosts file quotes it: as JSON, cut at 60 characters."""
-    text = json.dumps(value, ensure_ascii=False) if isinstance(value, (int, float, str, list, dict, type(None))) \
-        else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_str(value: object) -> bool:
@@ -170,6 +179,8 @@ _FIELD_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "notes": ("a string", _is_str),
     "nccl_env": ("an object of strings", lambda v: isinstance(v, dict) and all(map(_is_str, v.values()))),
     "rdzv_address": ("a string or null", lambda v: v is None or _is_str(v)),
+    "kind": ("a string", _is_str),
+    "slurm": ("an object of Slurm options or null", lambda v: v is None or isinstance(v, dict)),
 }
 
 
