@@ -1,4 +1,7 @@
-"""``ddpgui hosts list|add|edit|remove|import-ssh-config|test`` and ``ddpgui probe HOST``.
+"""``ddpgui hosts list|show|add|edit|remove|import-ssh-config|test`` and ``ddpgui probe HOST``.
+
+A Slurm cluster is a profile of ``--kind slurm``: ``--host`` is its login node, and the Slurm options
+(``--partition`` and the rest, :data:`SLURM_OPTIONS`) say how its jobs are submitted.
 
 Secrets are never command-line arguments (other users can read those in ps):
 they are asked for on the terminal (.prompts), or read from stdin with ``--secret-stdin``.
@@ -10,12 +13,12 @@ import dataclasses
 import json
 import sys
 
-from ..core.hosts import AUTH_METHODS, LOCAL, HostProfile, HostStore, secrets
+from ..core.hosts import AUTH_METHODS, GPU_FLAGS, KINDS, LOCAL, HostProfile, HostStore, SlurmOptions, secrets
 from ..core.ssh.files import NO_SFTP_NOTE
 from ..core.targets.factory import check_python
 from ..core.targets.ssh import SSHTarget
 from ..core.targets.zipapp import build_runner
-from .common import open_cli_target, terminal_text
+from .common import CLIError, open_cli_target, terminal_text
 from .options import env_pair
 from .prompts import read_secret
 
@@ -29,16 +32,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_list)
 
+    p = sub.add_parser("show", help="one host profile, every field (never a secret)")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_show)
+
     p = sub.add_parser("add", help="add a host profile")
     p.add_argument("name")
-    p.add_argument("--host", dest="hostname", required=True, help="host name or address")
+    p.add_argument("--host", dest="hostname", required=True, help="host name or address (a cluster's login node)")
     _profile_options(p, editing=False)
+    _slurm_options(p, editing=False)
     p.set_defaults(func=cmd_add)
 
     p = sub.add_parser("edit", help="change a host profile (only the options given)")
     p.add_argument("name")
-    p.add_argument("--host", dest="hostname", default=None, help="host name or address")
+    p.add_argument("--host", dest="hostname", default=None, help="host name or address (a cluster's login node)")
     _profile_options(p, editing=True)
+    _slurm_options(p, editing=True)
     p.add_argument("--rename", metavar="NEW_NAME", help="rename the profile (its keyring secrets move along)")
     p.add_argument("--set-secret", action="store_true", help="ask for the password/passphrase and store it")
     p.set_defaults(func=cmd_edit)
@@ -87,6 +97,77 @@ def _profile_options(p: argparse.ArgumentParser, editing: bool) -> None:
     if editing:
         p.add_argument("--no-jump", action="store_true", help="remove all jump hosts")
         p.add_argument("--no-price", action="store_true", help="forget the price")
+
+
+#: The Slurm options of ``hosts add/edit`` (argparse dest → SlurmOptions field).
+SLURM_OPTIONS = {"partition": "partition", "account": "account", "qos": "qos", "time_limit": "time_limit",
+                 "gpus_per_node": "gpus_per_node", "gpu_flag": "gpu_flag", "cpus_per_task": "cpus_per_task",
+                 "mem": "mem", "sbatch_line": "sbatch_lines", "setup_line": "setup_lines",
+                 "max_queued_jobs": "max_queued_jobs"}
+
+
+def _slurm_options(p: argparse.ArgumentParser, editing: bool) -> None:
+    p.add_argument("--kind", choices=KINDS, default=None,
+                   help="ssh: one machine (the default); slurm: a Slurm cluster, --host is its login node and "
+                        "runs are jobs submitted there")
+    g = p.add_argument_group("Slurm cluster (with --kind slurm)")
+    g.add_argument("--partition", help="partition the jobs go to (needed), e.g. gpu, or gpu,gpu-long")
+    g.add_argument("--account", help="account to charge (default: yours)")
+    g.add_argument("--qos", help="quality of service (default: the account's)")
+    g.add_argument("--time-limit", metavar="HH:MM:SS",
+                   help="each job's time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+                        "(default: the partition's)")
+    g.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs each node of a job gets (0: CPU jobs)")
+    g.add_argument("--gpu-flag", choices=GPU_FLAGS,
+                   help="how the GPUs are asked for: --gres=gpu:N (gres, the default) or --gpus-per-node=N")
+    g.add_argument("--cpus-per-task", type=int, metavar="N",
+                   help="CPUs of each node's task (the run's supervisor and its processes); 0: Slurm's default")
+    g.add_argument("--mem", metavar="SIZE", help="memory per node, e.g. 32G (0: all of it)")
+    g.add_argument("--sbatch-line", action="append", metavar="LINE",
+                   help="an extra #SBATCH option, e.g. --sbatch-line=--constraint=a100 (repeat; "
+                        "replaces the profile's)")
+    g.add_argument("--setup-line", action="append", metavar="LINE",
+                   help="a shell line each node runs before the run, e.g. 'module load cuda' (repeat; replaces "
+                        "the profile's)")
+    g.add_argument("--max-queued-jobs", type=int, metavar="N",
+                   help="a sweep keeps at most N of its jobs in the queue at once (default 8)")
+    if editing:
+        g.add_argument("--no-sbatch-lines", action="store_true", help="remove all extra #SBATCH lines")
+        g.add_argument("--no-setup-lines", action="store_true", help="remove all setup lines")
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _slurm_fields(args: argparse.Namespace, old: HostProfile | None) -> dict:
+    """``kind`` and ``slurm`` of the profile the options describe (``old``: the profile edited)."""
+    changes = {field: getattr(args, dest) for dest, field in SLURM_OPTIONS.items() if getattr(args, dest) is not None}
+    for flag, field in (("no_sbatch_lines", "sbatch_lines"), ("no_setup_lines", "setup_lines")):
+        if getattr(args, flag, False):
+            changes.setdefault(field, [])
+    if changes.get("cpus_per_task") == 0:
+        changes["cpus_per_task"] = None
+    kind = args.kind or (old.kind if old else "ssh")
+    if kind != "slurm":
+        given = [_option(d) for d in SLURM_OPTIONS if getattr(args, d) is not None]
+        given += [_option(f) for f in ("no_sbatch_lines", "no_setup_lines") if getattr(args, f, False)]
+        if given:
+            what = f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} of Slurm clusters"
+            if args.kind:
+                raise CLIError(f"{what}, not of --kind {args.kind}", "leave out --kind ssh, or the Slurm options")
+            if old is not None:
+                raise CLIError(f"{what}, and {old.name} is an SSH host",
+                               f"add --kind slurm (with --partition) to make {old.name} a Slurm cluster, reached "
+                               "through its login node (--host)")
+            raise CLIError(what, "add --kind slurm to add a Slurm cluster (--host is then its login node)")
+        return {"kind": kind, "slurm": None}
+    if old is not None and old.slurm is not None:
+        return {"kind": kind, "slurm": dataclasses.replace(old.slurm, **changes)}
+    if "partition" not in changes:
+        raise CLIError("a Slurm cluster needs a partition to submit its jobs to",
+                       "add --partition NAME (`sinfo -s` on the login node lists them)")
+    return {"kind": kind, "slurm": SlurmOptions(**changes)}
 
 
 def _connect_options(p: argparse.ArgumentParser) -> None:
@@ -154,7 +235,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         if p.is_local:
             where, auth = "this computer (no SSH)", "-"
         else:
-            where = f"{p.user + '@' if p.user else ''}{p.hostname}:{p.port}"
+            where = f"slurm:{p.slurm.partition} " if p.is_slurm else ""
+            where += f"{p.user + '@' if p.user else ''}{p.hostname}:{p.port}"
             where += "".join(f" via {hop}" for hop in p.proxy_jump)
             auth = p.auth + (f" ({p.key_file})" if p.key_file else "")
         python = p.python or sys.executable
@@ -163,10 +245,50 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print one profile, every field, a cluster's Slurm options too (never a secret)."""
+    profile = HostStore().get(args.name)
+    if args.json:
+        print(json.dumps(profile.to_json(), indent=2, ensure_ascii=False))
+        return 0
+    for label, value in show_fields(profile):
+        print(f"{label + ':':<18} {terminal_text(value)}")
+    return 0
+
+
+def show_fields(p: HostProfile) -> list[tuple[str, str]]:
+    """(label, value) of each field ``hosts show`` prints."""
+    rows = [("name", p.name), ("kind", "Slurm cluster" if p.is_slurm else "this computer" if p.is_local
+                                 else "SSH host")]
+    if not p.is_local:
+        rows += [("login node" if p.is_slurm else "host", f"{p.user + '@' if p.user else ''}{p.hostname}:{p.port}"),
+                 ("auth", p.auth + (f" ({p.key_file})" if p.key_file else ""))]
+        rows += [("jump host", hop) for hop in p.proxy_jump]
+    rows += [("python", p.python or sys.executable), ("run root", p.run_root or "(the data folder)")]
+    if p.price_per_hour is not None:
+        rows.append(("price", f"{p.price_per_hour:g}/h"))
+    if p.rdzv_address:
+        rows.append(("rdzv address", p.rdzv_address))
+    rows += [("node env", f"{k}={v}") for k, v in p.nccl_env.items()]
+    if p.notes:
+        rows.append(("notes", p.notes))
+    if p.slurm is not None:
+        s = p.slurm
+        gpus = (f"{s.gpus_per_node} per node (--gres=gpu:{s.gpus_per_node})" if s.gpu_flag == "gres" else
+                f"{s.gpus_per_node} per node (--gpus-per-node={s.gpus_per_node})") if s.gpus_per_node else "none"
+        rows += [("partition", s.partition), ("account", s.account or "(your default)"),
+                 ("qos", s.qos or "(default)"), ("time limit", s.time_limit or "(the partition's)"),
+                 ("gpus", gpus), ("cpus per task", str(s.cpus_per_task or "(Slurm's default)")),
+                 ("mem", s.mem or "(the partition's default)"), ("max queued jobs", str(s.max_queued_jobs))]
+        rows += [("#SBATCH", line) for line in s.sbatch_lines]
+        rows += [("setup", line) for line in s.setup_lines]
+    return rows
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     """Add a profile; ask for its password/passphrase when its authentication needs one."""
     store = HostStore()
-    profile = HostProfile(name=args.name, **_changes(args))
+    profile = HostProfile(name=args.name, **_changes(args), **_slurm_fields(args, None))
     if args.secret_stdin:
         _check_keyring(profile, from_stdin=True)  # refuse before adding: nothing half done
     store.add(profile)
@@ -179,7 +301,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     """Change the given fields, then rename; store a secret when asked to or newly needed."""
     store = HostStore()
     old = store.get(args.name)
-    profile = dataclasses.replace(old, **_changes(args))
+    profile = dataclasses.replace(old, **_changes(args), **_slurm_fields(args, old))
     if args.secret_stdin and (args.set_secret or (profile.secret_kind and profile.secret_kind != old.secret_kind)):
         _check_keyring(profile, from_stdin=True)  # refuse before changing: nothing half done
     store.update(profile)
