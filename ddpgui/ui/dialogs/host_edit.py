@@ -1,4 +1,5 @@
-"""Add or edit a host profile; validation errors are shown inline, next to the form."""
+"""Add or edit a host profile (an SSH host or a Slurm cluster); validation errors are shown inline: the message
+under the form, and the field at fault marked and focused."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,13 +10,22 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
 
-from ddpgui.core.hosts import AUTH_METHODS, HostError, HostProfile
+from ddpgui.core.hosts import AUTH_METHODS, HostError, HostProfile, SlurmOptions
+from ddpgui.core.hosts.slurm_options import TIME_FORMATS
+
+KIND_CHOICES = (("SSH host", "ssh"), ("Slurm cluster", "slurm"))
+GPU_FLAG_CHOICES = (("--gres=gpu:N", "gres"), ("--gpus-per-node=N", "gpus-per-node"))
+_INVALID_LABEL = "color: #d93025; font-weight: 600;"
 
 
 class HostEditDialog(QDialog):
@@ -25,8 +35,14 @@ class HostEditDialog(QDialog):
         self.setObjectName("host_edit_dialog")
         self._original = profile
         local = profile is not None and profile.is_local
-        form = QFormLayout()
+        self.form = form = QFormLayout()
         self.name = QLineEdit(profile.name if profile else "")
+        self.kind = QComboBox(objectName="host_kind",
+                              toolTip="A Slurm cluster is reached over SSH through its login node; its runs are "
+                                      "jobs that Slurm schedules")
+        for text, kind in KIND_CHOICES:
+            self.kind.addItem(text, kind)
+        self.kind.setCurrentIndex(self.kind.findData(profile.kind if profile else "ssh"))
         self.hostname = QLineEdit(profile.hostname if profile else "")
         self.port = QSpinBox(maximum=65535, minimum=1, value=profile.port if profile else 22)
         self.user = QLineEdit(profile.user if profile else "")
@@ -46,25 +62,126 @@ class HostEditDialog(QDialog):
         self.nccl_env = QLineEdit(" ".join(f"{k}={v}" for k, v in (profile.nccl_env if profile else {}).items()),
                                   placeholderText="NCCL_SOCKET_IFNAME=eth0",
                                   toolTip="Environment variables for runs on this host (space separated KEY=VALUE)")
-        rows = [("Name", self.name), ("Hostname", self.hostname), ("Port", self.port), ("User", self.user),
-                ("Login", self.auth), ("Key file", self.key_file), ("ProxyJump", self.proxy_jump),
-                ("Python", self.python), ("Run folder", self.run_root), ("Price", self.price),
-                ("Address for other nodes", self.rdzv_address), ("Node environment", self.nccl_env),
-                ("Notes", self.notes)]
+        rows = [("Name", self.name), ("Kind", self.kind), ("Hostname", self.hostname), ("Port", self.port),
+                ("User", self.user), ("Login", self.auth), ("Key file", self.key_file),
+                ("ProxyJump", self.proxy_jump), ("Python", self.python), ("Run folder", self.run_root),
+                ("Price", self.price), ("Address for other nodes", self.rdzv_address),
+                ("Node environment", self.nccl_env), ("Notes", self.notes)]
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        wide = self.fontMetrics().horizontalAdvance("x" * 30)
         for label, widget in rows:
             form.addRow(label, widget)
+            widget.setMinimumWidth(wide)
             if local and widget not in (self.python, self.run_root, self.price, self.notes, self.nccl_env,
                                         self.rdzv_address):
                 widget.setEnabled(False)
+        self.slurm_box = self._slurm_group(profile.slurm if profile else None)
+        columns = QHBoxLayout()
+        columns.addLayout(form, 1)
+        columns.addWidget(self.slurm_box, 1)
         self.error = QLabel(objectName="error_label", wordWrap=True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self._save)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
+        layout.addLayout(columns)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
         self.result_profile: HostProfile | None = None
+        #: The field (as a HostError names it) marked invalid by the last save, if any.
+        self.invalid_field: str | None = None
+        self._fields: dict[str, QWidget] = {
+            "name": self.name, "kind": self.kind, "hostname": self.hostname, "port": self.port, "user": self.user,
+            "auth": self.auth, "key_file": self.key_file, "proxy_jump": self.proxy_jump, "python": self.python,
+            "run_root": self.run_root, "price_per_hour": self.price, "rdzv_address": self.rdzv_address,
+            "nccl_env": self.nccl_env, "notes": self.notes, "slurm": self.partition,
+            **{f"slurm.{name}": widget for name, widget in self._slurm_fields.items()}}
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self._kind_changed()
+
+    def _slurm_group(self, options: SlurmOptions | None) -> QGroupBox:
+        """The Slurm options' group box (shown for a Slurm cluster only)."""
+        o = options or SlurmOptions(partition="default")
+        self.partition = QLineEdit(options.partition if options else "", placeholderText="e.g. gpu, or gpu,gpu-long",
+                                   toolTip="The partition (queue) jobs are submitted to; `sinfo -s` lists them")
+        self.account = QLineEdit(o.account, placeholderText="your default account")
+        self.qos = QLineEdit(o.qos, placeholderText="the default QoS")
+        self.time_limit = QLineEdit(o.time_limit, placeholderText="the partition's, e.g. 2:00:00",
+                                    toolTip=f"Each job's time limit: {TIME_FORMATS}")
+        self.gpus_per_node = QSpinBox(minimum=0, maximum=1024, value=o.gpus_per_node,
+                                      specialValueText="none (CPU jobs)")
+        self.gpu_flag = QComboBox(toolTip="How a job asks for its GPUs")
+        for text, flag in GPU_FLAG_CHOICES:
+            self.gpu_flag.addItem(text, flag)
+        self.gpu_flag.setCurrentIndex(self.gpu_flag.findData(o.gpu_flag))
+        gpus = QWidget()
+        row = QHBoxLayout(gpus)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.gpus_per_node, 1)
+        row.addWidget(self.gpu_flag, 1)
+        self.cpus_per_task = QSpinBox(minimum=0, maximum=4096, value=o.cpus_per_task or 0,
+                                      specialValueText="Slurm's default",
+                                      toolTip="CPUs of each node's task: the run's supervisor and its processes")
+        self.mem = QLineEdit(o.mem, placeholderText="the partition's, e.g. 32G (0: all)")
+        self.sbatch_lines = self._lines_edit(o.sbatch_lines, "--constraint=a100\n--exclusive",
+                                             "Extra #SBATCH options, one per line (the #SBATCH is optional)")
+        self.setup_lines = self._lines_edit(o.setup_lines, "module load cuda\nsource ~/venv/bin/activate",
+                                            "Shell lines each node runs before the run starts, one per line")
+        self.max_queued_jobs = QSpinBox(minimum=1, maximum=10000, value=o.max_queued_jobs,
+                                        toolTip="A sweep keeps at most this many of its jobs in the queue at once")
+        self._slurm_fields: dict[str, QWidget] = {
+            "partition": self.partition, "account": self.account, "qos": self.qos, "time_limit": self.time_limit,
+            "gpus_per_node": self.gpus_per_node, "gpu_flag": self.gpu_flag, "cpus_per_task": self.cpus_per_task,
+            "mem": self.mem, "sbatch_lines": self.sbatch_lines, "setup_lines": self.setup_lines,
+            "max_queued_jobs": self.max_queued_jobs}
+        box = QGroupBox("Slurm", objectName="slurm_box")
+        self.slurm_form = form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        for label, widget in (("Partition", self.partition), ("Account", self.account), ("QoS", self.qos),
+                              ("Time limit", self.time_limit), ("GPUs per node", gpus),
+                              ("CPUs per task", self.cpus_per_task), ("Memory per node", self.mem),
+                              ("#SBATCH lines", self.sbatch_lines), ("Setup lines", self.setup_lines),
+                              ("Max queued jobs", self.max_queued_jobs)):
+            form.addRow(label, widget)
+        return box
+
+    def _lines_edit(self, lines: list[str], placeholder: str, tip: str) -> QPlainTextEdit:
+        edit = QPlainTextEdit("\n".join(lines), placeholderText=placeholder, toolTip=tip)
+        edit.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        edit.setTabChangesFocus(True)
+        margins = edit.contentsMargins()
+        edit.setFixedHeight(edit.fontMetrics().lineSpacing() * 4 + 2 * edit.frameWidth() + margins.top()
+                            + margins.bottom() + 8)
+        return edit
+
+    def is_slurm(self) -> bool:
+        return self.kind.currentData() == "slurm"
+
+    def _kind_changed(self) -> None:
+        """Show the Slurm options for a cluster (and call its host the login node); keep the dialog on screen."""
+        slurm = self.is_slurm()
+        self.slurm_box.setVisible(slurm)
+        self.form.labelForField(self.hostname).setText("Login node" if slurm else "Hostname")
+        self.hostname.setPlaceholderText("the cluster's login node, e.g. login.hpc.example.org" if slurm else "")
+        self.form.labelForField(self.run_root).setText("Run folder (shared)" if slurm else "Run folder")
+        self.run_root.setToolTip("A folder on the cluster's shared filesystem, seen by the login node and every "
+                                 "compute node" if slurm else "Where runs live on the host")
+        self.form.setRowVisible(self.rdzv_address, not slurm)  # a job's first node hosts the rendezvous
+        self._fit_screen()
+
+    def _fit_screen(self) -> None:
+        self.adjustSize()
+        screen = self.screen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+        self.resize(min(self.width(), room.width()), min(self.height(), room.height()))
+        if self.isVisible():
+            frame = self.frameGeometry()
+            x = max(room.left(), min(frame.left(), room.right() - frame.width()))
+            y = max(room.top(), min(frame.top(), room.bottom() - frame.height()))
+            if (x, y) != (frame.left(), frame.top()):
+                self.move(x, y)
 
     def profile(self) -> HostProfile:
         """The profile the form describes (validated as a whole: a HostError names the bad field)."""
@@ -74,24 +191,63 @@ class HostEditDialog(QDialog):
             proxy_jump=[p.strip() for p in self.proxy_jump.text().split(",") if p.strip()],
             python=self.python.text().strip() or "python3", run_root=self.run_root.text().strip() or "~/.ddpgui",
             price_per_hour=self.price.value() or None, notes=self.notes.text(),
-            rdzv_address=self.rdzv_address.text().strip() or None, nccl_env=self._env())
+            rdzv_address=self.rdzv_address.text().strip() or None, nccl_env=self._env(),
+            kind=self.kind.currentData(), slurm=self.slurm_options() if self.is_slurm() else None)
         return dataclasses.replace(self._original, **values) if self._original else HostProfile(**values)
+
+    def slurm_options(self) -> SlurmOptions:
+        """The Slurm options the group box describes (a HostError names the field, ``slurm.<name>``)."""
+        return SlurmOptions(
+            partition=self.partition.text().strip(), account=self.account.text().strip(), qos=self.qos.text().strip(),
+            time_limit=self.time_limit.text().strip(), gpus_per_node=self.gpus_per_node.value(),
+            gpu_flag=self.gpu_flag.currentData(), cpus_per_task=self.cpus_per_task.value() or None,
+            mem=self.mem.text().strip(), sbatch_lines=_lines(self.sbatch_lines), setup_lines=_lines(self.setup_lines),
+            max_queued_jobs=self.max_queued_jobs.value())
 
     def _env(self) -> dict[str, str]:
         env = {}
         for part in self.nccl_env.text().split():
             key, sep, value = part.partition("=")
             if not sep or not key:
-                raise ValueError(f"node environment: write KEY=VALUE pairs separated by spaces, got {part!r}")
+                raise HostError("nccl_env", f"node environment: write KEY=VALUE pairs separated by spaces, "
+                                            f"got {part!r}")
             env[key] = value
         return env
+
+    def _mark(self, field: str | None) -> None:
+        """Mark the field at fault (its label red, the field focused); ``None`` clears the mark."""
+        for form in (self.form, self.slurm_form):
+            for row in range(form.rowCount()):
+                label = form.itemAt(row, QFormLayout.ItemRole.LabelRole)
+                if label is not None and label.widget() is not None:
+                    label.widget().setStyleSheet("")
+        for widget in self._fields.values():
+            widget.setProperty("invalid", False)
+        self.invalid_field = field if field in self._fields else None
+        if self.invalid_field is None:
+            return
+        widget = self._fields[self.invalid_field]
+        widget.setProperty("invalid", True)
+        form = self.slurm_form if self.slurm_form.indexOf(widget) >= 0 or widget in (self.gpus_per_node,
+                                                                                     self.gpu_flag) else self.form
+        label = form.labelForField(widget if form.indexOf(widget) >= 0 else widget.parentWidget())
+        if label is not None:
+            label.setStyleSheet(_INVALID_LABEL)
+        widget.setFocus()
 
     def _save(self) -> None:
         try:
             profile = self.profile()
             profile.validate()
-        except (HostError, ValueError) as exc:
-            self.error.setText(f"{exc} {getattr(exc, 'hint', '')}".strip())
+        except HostError as exc:
+            self.error.setText(f"{exc}\n{exc.hint}".strip())
+            self._mark(exc.field)
             return
+        self._mark(None)
         self.result_profile = profile
         self.accept()
+
+
+def _lines(edit: QPlainTextEdit) -> list[str]:
+    """The non-blank lines of a multi-line field, without surrounding blanks."""
+    return [line.strip() for line in edit.toPlainText().splitlines() if line.strip()]

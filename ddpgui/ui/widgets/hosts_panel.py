@@ -86,7 +86,7 @@ class HostsPanel(QWidget):
         title = QLabel("Hosts", objectName="panel_title")
         buttons = QHBoxLayout()
         self.buttons: dict[str, QPushButton] = {}
-        for key, text, tip, slot in (("add", "Add", "Add an SSH host", self.add_host),
+        for key, text, tip, slot in (("add", "Add", "Add an SSH host or a Slurm cluster", self.add_host),
                                      ("edit", "Edit", "Edit the selected host", self.edit_host),
                                      ("duplicate", "Copy", "Duplicate the selected host", self.duplicate_host),
                                      ("delete", "Delete", "Delete the selected host", self.delete_host),
@@ -125,8 +125,9 @@ class HostsPanel(QWidget):
         status = self.status.get(name, "unknown")
         where = "" if profile.is_local else f"  ({profile.user + '@' if profile.user else ''}{profile.hostname})"
         price = f"  · {profile.price_per_hour:g}/h" if profile.price_per_hour else ""
+        cluster = f"  · Slurm · partition {profile.slurm.partition}" if profile.slurm is not None else ""
         detail = self.details.get(name) or probe_summary(self.probes.get(name))
-        item.setText(f"{profile.display_name}{where}{price}\n{detail}")
+        item.setText(f"{profile.display_name}{where}{cluster}{price}\n{detail}")
         item.setIcon(status_icon(status))
         item.setToolTip(f"{profile.display_name}: {status}\n{detail}")
 
