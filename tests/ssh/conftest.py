@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from helpers.secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
+from helpers.slurm_cluster import SlurmCluster
 
 from ddpgui.core.hosts import HostProfile, HostStore
 from ddpgui.core.ssh.connection import SSHConnection
@@ -192,8 +193,10 @@ class SSHEnv:
         return SSHTarget(profile, SSHConnection(store.route(profile.name), **kwargs))
 
 
-def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path], *, sftp: bool = True) -> Path:
-    """A private sshd config; ``sftp=False`` leaves out the ``Subsystem sftp`` line (rental gateways, dropbear)."""
+def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path], *, sftp: bool = True,
+                 extra_lines: tuple[str, ...] = ()) -> Path:
+    """A private sshd config; ``sftp=False`` leaves out the ``Subsystem sftp`` line (rental gateways, dropbear);
+    ``extra_lines`` are added as they are (e.g. ``SetEnv …``)."""
     config = root / f"sshd_{name}.conf"
     config.write_text("\n".join([
         f"Port {port}",
@@ -211,6 +214,7 @@ def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path], *, sft
         "MaxStartups 64",
         "LogLevel VERBOSE",
         *(["Subsystem sftp internal-sftp"] if sftp else []),
+        *extra_lines,
         "",
     ]))
     subprocess.run([SSHD, "-t", "-f", str(config)], check=True)
@@ -257,11 +261,13 @@ def _kill_processes_of(user: str) -> None:
         time.sleep(0.05)
 
 
-def _start_server(root: Path, name: str, keys: list[Path], *, sftp: bool = True) -> SSHServer:
+def _start_server(root: Path, name: str, keys: list[Path], *, sftp: bool = True,
+                  extra_lines: tuple[str, ...] = ()) -> SSHServer:
     """An sshd on a free port (retried: a port picked free can be taken before sshd binds it)."""
     for _ in range(5):
         port = _free_port()
-        server = SSHServer(name, port, _sshd_config(root, name, port, keys, sftp=sftp), root / f"sshd_{name}.log", keys)
+        config = _sshd_config(root, name, port, keys, sftp=sftp, extra_lines=extra_lines)
+        server = SSHServer(name, port, config, root / f"sshd_{name}.log", keys)
         try:
             server.start()
             return server
@@ -322,3 +328,68 @@ def sacrificial(ssh_env: SSHEnv) -> SSHEnv:
         pytest.skip("SKIPPED LOUDLY: hostile-text tests run only against a throwaway account, which needs root "
                     "(useradd); CI runs as root")
     return ssh_env
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real two-node Slurm cluster on this machine (tests/helpers/slurm_cluster.py), idle, stopped at the end.
+
+    Tests should take ``slurm`` instead, which puts the cluster back to idle after each test.
+    """
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster):
+    """The session's Slurm cluster, idle with an empty queue; after the test every job is cancelled, nodes the
+    test took down or drained are resumed, and the cluster is idle again (no test leaks into the next)."""
+    slurm_cluster.reset()
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+@dataclass
+class SlurmLogin:
+    """The cluster's login node: an sshd on 127.0.0.1 whose sessions get ``SLURM_CONF`` of the test cluster
+    (``SetEnv`` in its config), so Slurm commands over SSH reach it as on a real cluster's login shell.
+    It logs in as this user (root on CI: the cluster's jobs run as whoever submits them)."""
+
+    env: SSHEnv
+    server: SSHServer
+    cluster: SlurmCluster
+
+    def profile_fields(self, tmp_path: Path) -> dict:
+        """Connection fields of a HostProfile for this login node (add ``name`` and the Slurm settings)."""
+        return dict(hostname=self.server.host, port=self.server.port, user=getpass.getuser(), auth="key",
+                    key_file=str(self.env.key_plain), python=sys.executable,
+                    run_root=str(tmp_path / "cluster root"))
+
+    def known_hosts(self, directory: Path) -> KnownHosts:
+        """A KnownHosts that trusts this login node's sshd."""
+        return self.env.known_hosts(directory, trust=(self.server,))
+
+    def ssh(self, command: str, *, timeout: float = 60) -> subprocess.CompletedProcess:
+        """``command`` run over OpenSSH on the login node (for checks; the app under test brings its own)."""
+        known = self.env.root / "slurm_login_known_hosts"
+        known.write_text(self.server.known_hosts_lines())
+        return subprocess.run(["ssh", "-p", str(self.server.port), "-i", str(self.env.key_plain),
+                               "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
+                               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                               f"{getpass.getuser()}@{self.server.host}", command],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def slurm_login(ssh_env: SSHEnv, slurm_cluster: SlurmCluster):
+    """An sshd as the Slurm cluster's login node (see :class:`SlurmLogin`)."""
+    server = _start_server(ssh_env.root, "slurm_login", [_keygen(ssh_env.root / "slurm_login_ed25519")],
+                           extra_lines=(f"SetEnv SLURM_CONF={slurm_cluster.conf}",))
+    try:
+        yield SlurmLogin(ssh_env, server, slurm_cluster)
+    finally:
+        server.stop()
