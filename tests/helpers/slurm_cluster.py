@@ -43,9 +43,11 @@ def ensure_slurm() -> None:
     """Slurm and munge installed (apt-get when we are root and they are not), else the test is skipped loudly."""
     how = f"run `apt-get install -y {PACKAGES}` (as root) and run the tests again"
     if _missing() and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES.split()],
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES.split()]
+        if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
+            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+            subprocess.run(install, env=env, capture_output=True, timeout=600)
     if _missing():
         pytest.skip(f"SKIPPED LOUDLY: the Slurm tests need a real Slurm and munge and {', '.join(_missing())} "
                     f"could not be found: {how}")
@@ -152,6 +154,17 @@ def _sigkill(pids: list[int]) -> list[int]:
     return killed
 
 
+def _describe(pids: list[int]) -> str:
+    lines = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = "(gone)"
+        lines.append(f"{pid} {cmd}")
+    return "; ".join(lines)
+
+
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
 
@@ -235,8 +248,9 @@ class SlurmCluster:
         for attempt in range(3):  # a port picked free can be taken before a daemon binds it
             self.write_conf()
             self.ctld = self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out", {})
-            self.slurmds = {n: self._spawn(["slurmd", "-D", "-f", str(self.conf), "-N", n], f"slurmd-{n}.out",
-                                           {NODE_TAG: n}) for n in self.nodes}
+            self.slurmds = {}
+            for node in self.nodes:
+                self.start_slurmd(node)
             try:
                 self.wait_idle(timeout)
                 return
@@ -247,6 +261,11 @@ class SlurmCluster:
                     raise SlurmError(f"the test Slurm cluster in {self.root} did not come up within "
                                      f"{timeout:.0f} s (every node idle).\n{tail}") from None
                 self._stop_daemons()
+
+    def start_slurmd(self, node: str) -> None:
+        """(Re)start ``node``'s slurmd; with ``ReturnToService=2`` a node marked DOWN comes back when it registers."""
+        self.slurmds[node] = self._spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node], f"slurmd-{node}.out",
+                                         {NODE_TAG: node})
 
     def _stop_daemons(self) -> None:
         procs = [p for p in (*self.slurmds.values(), self.ctld) if p is not None]
@@ -363,7 +382,11 @@ class SlurmCluster:
                          f"{self.log_tail()}")
 
     def reset(self, timeout: float = 120) -> None:
-        """After a test: every job cancelled, nodes a test took down or drained resumed, all idle again."""
+        """After a test: every job cancelled, a slurmd a test killed restarted, nodes it took down or drained
+        resumed, all idle again, and no process of a job left (else :class:`SlurmError` names them)."""
+        for node, proc in list(self.slurmds.items()):
+            if proc.poll() is not None:  # a test killed it (kill_slurmd)
+                self.start_slurmd(node)
         self.cancel_all()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -373,10 +396,15 @@ class SlurmCluster:
                 self.run("scontrol", "update", f"NodeName={','.join(broken)}", "State=RESUME", check=False)
             try:
                 self.wait_idle(timeout=5)
-                return
+                break
             except SlurmError:
                 self.cancel_all()
-        self.wait_idle(timeout=1)
+        else:
+            self.wait_idle(timeout=1)
+        while (left := self.job_processes()) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        if left:
+            raise SlurmError(f"processes of ended jobs are still running: {_describe(left)}\n{self.log_tail(20)}")
 
     # -- faults ------------------------------------------------------------------------------------------------
 
@@ -402,6 +430,16 @@ class SlurmCluster:
             except ProcessLookupError:
                 pass
         return _sigkill(pids)
+
+    def kill_slurmd(self, node: str) -> int:
+        """SIGKILL ``node``'s slurmd (the steps it started live on: add :meth:`kill_node` for a whole node's
+        death).  slurmctld marks the node DOWN after ``SlurmdTimeout`` (30 s); a requeueable batch job on it is
+        requeued, a ``--no-requeue`` one ends ``NODE_FAIL``.  :meth:`reset` (the ``slurm`` fixture) restarts it.
+        Returns its pid."""
+        proc = self.slurmds[node]
+        proc.kill()
+        proc.wait(timeout=30)
+        return proc.pid
 
     def log_tail(self, n: int = 40) -> str:
         """The last ``n`` lines of slurmctld's and every slurmd's log (for assertion messages)."""

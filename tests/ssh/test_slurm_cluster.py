@@ -5,6 +5,8 @@ reaches the cluster over SSH, a node that can be made to lose its job's processe
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -127,3 +129,30 @@ def test_cancel_leaves_no_process_of_the_job(slurm):
     assert slurm.wait_job(job, "CANCELLED")["JobState"] == "CANCELLED"
     _until(lambda: slurm.jobs() == [], 60, "the queue empty", slurm)
     _until(lambda: slurm.job_processes() == [], 30, "no process of the job left", slurm)
+
+
+def test_a_dead_node_fails_its_job_and_reset_brings_the_node_back(slurm):
+    job = slurm.sbatch("-N2", "--no-requeue", "--wrap", "srun sleep 300")
+    slurm.wait_job(job, "RUNNING")
+    _until(lambda: _running_sleep(slurm, "n2"), 60, "the job's sleep on n2", slurm)
+    slurm.kill_node("n2")
+    slurm.kill_slurmd("n2")
+    ended = slurm.wait_job(job, "NODE_FAIL", "FAILED", "COMPLETED", "CANCELLED", timeout=180)  # SlurmdTimeout=30
+    assert (ended["JobState"], ended["Reason"]) == ("NODE_FAIL", "NodeDown"), ended
+    assert slurm.node_states()["n2"].startswith("down"), slurm.node_states()
+    slurm.reset()
+    assert slurm.node_states() == {"n1": "idle", "n2": "idle"}
+    again = slurm.sbatch("-N2", "--wrap", "srun true")
+    assert slurm.wait_job(again, "COMPLETED", "FAILED")["JobState"] == "COMPLETED"
+
+
+def test_reset_names_a_process_that_escaped_its_job(slurm):
+    from helpers.slurm_cluster import SlurmError
+
+    job = slurm.sbatch("--wrap", "setsid sleep 300 < /dev/null > /dev/null 2>&1 & sleep 1")
+    assert slurm.wait_job(job, "COMPLETED", "FAILED")["JobState"] == "COMPLETED"
+    stray = _until(lambda: [p for p in slurm.job_processes() if _comm(p) == "sleep"], 30, "the stray sleep", slurm)
+    with pytest.raises(SlurmError, match=r"still running: \d+ sleep 300"):
+        slurm.reset(timeout=5)
+    os.kill(stray[0], signal.SIGKILL)
+    _until(lambda: slurm.job_processes() == [], 30, "the stray gone", slurm)
