@@ -1,5 +1,6 @@
 """Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``
-(and ``runs RUN_ROOT``, the run directories there; ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight).
+(and ``runs RUN_ROOT``, the run directories there; ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight;
+``slurm-job`` / ``slurm-node``, a run as one Slurm job: remote_runner.slurm).
 
 Each command prints JSON on stdout (``follow`` prints the framed stream of
 docs/PROTOCOL.md) and exits 0 on success, 2 when the request was refused.
@@ -77,6 +78,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if config.mode == "script" and not os.path.isfile(os.path.join(config.script.dir, config.script.entry)):
         return _refuse("the script %s is not on this host" % os.path.join(config.script.dir, config.script.entry),
                        "upload the script directory first", field="script.entry")
+    if args.no_start:  # a Slurm run: the job starts it on the compute nodes, whose Python may differ from this one
+        _print({"ok": True, "pid": 0, "run_dir": run_dir})
+        return 0
     problem = _torch_problem()
     if problem:
         return _refuse(problem["error"], problem["hint"], failure="torch_missing")
@@ -227,6 +231,18 @@ def cmd_rdzv_check(args: argparse.Namespace) -> int:
     return 0 if result["ok"] else 2
 
 
+def cmd_slurm_job(args: argparse.Namespace) -> int:
+    from .slurm import job
+
+    return job(args.base, args.nnodes, args.profile)
+
+
+def cmd_slurm_node(args: argparse.Namespace) -> int:
+    from .slurm import node
+
+    return node(args.base, args.nnodes, args.profile)
+
+
 def cmd_supervise(args: argparse.Namespace) -> int:
     from .supervisor import supervise
 
@@ -255,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--new", action="store_true",
                         help="create RUN_DIR (refused when it exists) with the config.json read from stdin")
     launch.add_argument("--profile", default=None, help="the client's name for this host (kept in status.json)")
+    launch.add_argument("--no-start", action="store_true",
+                        help="only create RUN_DIR and its config (a Slurm job starts the run: slurm-job)")
+    for name, func, text in (("slurm-job", cmd_slurm_job, "inside a Slurm batch script: rendezvous, then srun "
+                                                         "slurm-node on every node"),
+                             ("slurm-node", cmd_slurm_node, "a task of the job's srun: this node's supervisor")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("base", help="the run directory (one node) or its prefix (BASE.node<k>)")
+        p.add_argument("nnodes", type=int)
+        p.add_argument("--profile", default=None)
+        p.set_defaults(func=func)
     p = sub.add_parser("runs", help="list the run directories under RUN_ROOT/runs with config and status")
     p.add_argument("run_root")
     p.set_defaults(func=cmd_runs)

@@ -16,6 +16,7 @@ SCHEMA_VERSION = 1
 
 WORKLOADS = ("linear", "mlp", "transformer", "cnn")
 MODES = ("train", "inference", "script")
+SCHEDULERS = ("none", "slurm")
 BACKENDS = ("auto", "nccl", "gloo", "xccl")
 DEVICES = ("auto", "cpu", "cuda", "xpu", "mps")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -113,6 +114,9 @@ class RunConfig:
     rank_failure_timeout_s: float = 60.0
     #: Multi-node: how long node 0 waits for every node to join, and each node to reach node 0.
     rdzv_timeout_s: float = 120.0
+    #: "slurm": the run is one Slurm job; its nodes' rendezvous endpoint is filled in when the job starts
+    #: (remote_runner.slurm), so a multi-node config may have none before.
+    scheduler: str = "none"
     script: Optional[ScriptConfig] = None
     env: dict[str, str] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
@@ -137,7 +141,8 @@ class RunConfig:
                 raise ConfigError(name, "must not be negative, got %r" % getattr(self, name))
         if self.node_rank >= self.nnodes:
             raise ConfigError("node_rank", "must be below nnodes (%d), got %d" % (self.nnodes, self.node_rank))
-        if self.nnodes > 1 and not self.rdzv_endpoint:
+        _one_of("scheduler", self.scheduler, SCHEDULERS)
+        if self.nnodes > 1 and not self.rdzv_endpoint and self.scheduler != "slurm":
             raise ConfigError("rdzv_endpoint", "a run on %d nodes needs the rendezvous endpoint host:port" % self.nnodes)
         if self.rdzv_endpoint and not _ENDPOINT.match(self.rdzv_endpoint):
             raise ConfigError("rdzv_endpoint", "must be host:port or [ipv6]:port, got %r" % self.rdzv_endpoint)

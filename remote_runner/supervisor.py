@@ -140,10 +140,12 @@ class Supervisor:
                 list(script.args)
         return argv + self_command()[1:] + ["_train", self.run_dir]
 
-    def run(self) -> int:
+    def run(self, keep_host: bool = False) -> int:
+        """``keep_host``: status.json's ``host`` was written by the caller (a Slurm node: remote_runner.slurm)."""
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, self._on_sigterm)
-        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), host=this_host())
+        where = {} if keep_host else {"host": this_host()}
+        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), **where)
         append_event(self.run_dir, "started", pid=os.getpid(), world_size=self.config.world_size,
                      nnodes=self.config.nnodes, node_rank=self.config.node_rank)
         sampler = self._start_telemetry()

@@ -17,8 +17,8 @@ from remote_runner.config import (
 
 #: Launch options that set one config field each (option dest → field); ``ddpgui sweep`` takes each as a list.
 SCALAR_SETTINGS = {
-    "mode": "mode", "workload": "workload", "nproc": "nproc_per_node", "backend": "backend", "compile": "compile",
-    "precision": "precision", "batch_size": "batch_size", "grad_accum": "grad_accum", "lr": "lr",
+    "mode": "mode", "workload": "workload", "nproc": "nproc_per_node", "nnodes": "nnodes", "backend": "backend",
+    "compile": "compile", "precision": "precision", "batch_size": "batch_size", "grad_accum": "grad_accum", "lr": "lr",
     "optimizer": "optimizer", "seed": "seed", "warmup_steps": "warmup_steps", "workers": "num_workers",
     "log_every": "log_every", "steps": "steps", "epochs": "epochs", "minutes": "minutes",
 }
@@ -48,6 +48,8 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("train", "inference"), default=None)
     p.add_argument("--inference-precisions", default=None, help=f"comma list of {','.join(INFERENCE_PRECISIONS)}")
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs) per node")
+    p.add_argument("--nnodes", type=int, default=None,
+                   help="nodes, on a Slurm cluster host (one job across N nodes; --nproc is per node)")
     p.add_argument("--backend", choices=BACKENDS, default=None)
     p.add_argument("--compile", choices=COMPILE_MODES, default=None)
     p.add_argument("--precision", choices=PRECISIONS, default=None)

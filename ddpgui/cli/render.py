@@ -17,6 +17,9 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
     record = manager.store.get_run(run_id)
     live = LiveRun(total_steps=record.total_steps, total_minutes=record.config.get("minutes"))
     lock = threading.Lock()
+    said = {"queue": record.message if record.state == "queued" else None}
+    if record.state == "queued":
+        print(terminal_text(record.message), file=sys.stderr)
     for rec in manager.store.records(run_id, EVENTS):
         live.add_event(rec)
 
@@ -26,6 +29,11 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
                 print(f"\nconnection to {terminal_text(update.host)} lost; reconnecting", file=sys.stderr)
             return
         with lock:
+            queued = update.run is not None and update.run.state == "queued"
+            if queued and update.run.message != said.get("queue"):  # a Slurm job waiting, and why
+                said["queue"] = update.run.message
+                print(terminal_text(update.run.message) + (f" ({terminal_text(update.run.hint)})"
+                                                           if update.run.hint else ""), file=sys.stderr)
             for spool, records in update.records.items():
                 for rec in records:
                     live.add(spool, rec)

@@ -36,8 +36,11 @@ def _launched(manager: RunManager, record: RunRecord, follow: bool) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    cfg = make_config(launch_settings(args))
+    settings = launch_settings(args)
     with open_manager(args) as manager:
+        if args.host and not args.nodes and manager.is_slurm(args.host):
+            settings["scheduler"] = "slurm"  # its nodes' rendezvous is found when the job starts
+        cfg = make_config(settings)
         if args.nodes:
             record = _launch_nodes(manager, args, cfg)
         elif args.host:

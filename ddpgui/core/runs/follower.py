@@ -81,12 +81,19 @@ class HostFollower(threading.Thread):
         self._follows: dict[tuple[str, int], _Follow] = {}
         self._halt = threading.Event()
         self._runner_errors: dict[tuple[str, int], tuple[str, int]] = {}  # (run, node) → (last error, times)
+        self._dropped: set[tuple[str, int]] = set()  # (run, node) to stop following (closed on this thread)
 
     def add(self, run_id: str, node: int, run_dir: str, not_before: float = 0.0) -> None:
         follow = _Follow(run_id, node, run_dir)
         follow.not_before = not_before
         with self._lock:
             self._pending.append(follow)
+
+    def remove(self, run_id: str, node: int) -> None:
+        """Stop following (run, node) (its end was decided elsewhere: a Slurm node that never recorded one)."""
+        with self._lock:
+            self._pending = [f for f in self._pending if (f.run_id, f.node) != (run_id, node)]
+            self._dropped.add((run_id, node))
 
     def stop(self) -> None:
         self._halt.set()
@@ -116,7 +123,11 @@ class HostFollower(threading.Thread):
     def _open_pending(self) -> None:
         """Open a stream for each run waiting to be followed; one that fails stays waiting."""
         with self._lock:
+            dropped, self._dropped = self._dropped, set()
             pending = list(self._pending)
+        for key in dropped:
+            if key in self._follows:
+                self._close(self._follows[key])
         if not pending:
             return
         now = time.monotonic()

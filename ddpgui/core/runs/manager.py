@@ -11,6 +11,7 @@ the new records (the GUI and the CLI consume the same stream).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import posixpath
 import threading
@@ -32,6 +33,7 @@ from .follower import FollowSink, HostFollower, Listener, RunUpdate  # noqa: F40
 from .multinode import Preflight
 from .nodes import failure_columns, first_failure, node_states, outcome
 from .protocol import Chunk, Heartbeat
+from .slurm_runs import SlurmRuns
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,15 @@ class RunManager:
         self._lock = threading.RLock()
         self._ended = threading.Condition(self._lock)
         self._sink = FollowSink(self._store_chunks, self._heartbeat, self._run_ended, self._emit)
+        self.slurm = SlurmRuns(store, self.targets, lambda run_id, record: self._emit(RunUpdate(run_id, run=record)),
+                               self._announce_end, self.follow, self._drop_follow)
+
+    def is_slurm(self, host: str) -> bool:
+        """Whether ``host`` is a Slurm cluster (runs there are jobs: ddpgui.core.runs.slurm_runs)."""
+        try:
+            return self.hosts.get(host).is_slurm
+        except KeyError:  # a profile removed since: its runs are followed as SSH runs
+            return False
 
     # ---- listeners -----------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -67,6 +78,13 @@ class RunManager:
     def launch(self, host: str, settings: dict | RunConfig, progress: Progress | None = None,
                follow: bool = True, sweep_id: str | None = None) -> RunRecord:
         """Deploy, write the config and start the run detached; the run is in the store from the start."""
+        if self.is_slurm(host):  # one Slurm job, on as many nodes as the run asks for
+            cfg = dataclasses.replace(settings, scheduler="slurm") if isinstance(settings, RunConfig) \
+                else make_config(dict(settings, scheduler="slurm"))
+            record = self.slurm.launch(host, cfg, progress, sweep_id)
+            if follow:
+                self.follow(cfg.run_id)
+            return record
         cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
         if cfg.nnodes > 1:
             raise ConfigError("nnodes", f"a run on {cfg.nnodes} nodes is launched on as many hosts: use launch_nodes "
@@ -119,7 +137,7 @@ class RunManager:
         """Launch again with the same config (a new run id and the same name)."""
         old = self.store.get_run(run_id)
         settings = dict(old.config, run_id="")
-        if len(old.hosts) > 1:
+        if len(old.hosts) > 1 and not self.is_slurm(old.host):
             return self.launch_nodes(old.hosts, settings, progress)
         return self.launch(old.host, settings, progress)
 
@@ -142,6 +160,15 @@ class RunManager:
                     follower = self._followers[host] = HostFollower(host, self.targets, self.store, self._sink)
                     follower.start()
             follower.add(run_id, int(node), run_dir)
+        if self.is_slurm(record.host):
+            self.slurm.track(record)
+
+    def _drop_follow(self, run_id: str, node: int) -> None:
+        record = self.store.get_run(run_id)
+        with self._lock:
+            follower = self._followers.get(record.hosts[node])
+        if follower is not None:
+            follower.remove(run_id, node)
 
     def reattach(self, run_ids: Iterable[str] | None = None) -> list[str]:
         """Follow every run the store says is still active (after an app restart), or those of ``run_ids``
@@ -187,13 +214,16 @@ class RunManager:
         record = self.store.get_run(run_id)
         if beat.state in ("running", "starting") and record.state in ("starting", "launching") and beat.state != record.state:
             self._emit(RunUpdate(run_id, run=self.store.update_run(run_id, state=beat.state)))
+        elif beat.state in ("running", "starting") and record.state == "queued":  # a Slurm job has started
+            self._emit(RunUpdate(run_id, run=self.store.update_run(run_id, state=beat.state, message="", hint="",
+                                                                   started_at=time.time())))
 
     def _run_ended(self, run_id: str, node: int, status: dict) -> None:
         record = self.store.get_run(run_id)
         if status.get("failure") == "run_dir_missing":  # the runner cannot know the host's profile name
             status = dict(status, message=f"the run's directory {record.run_dirs.get(node, '')} is gone from "
                                           f"{record.hosts[node] if node < len(record.hosts) else record.host}")
-        if len(record.run_dirs) > 1:
+        if len(record.run_dirs) > 1 or self.is_slurm(record.host):
             self._node_ended(run_id, node, status)
             return
         changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
@@ -213,12 +243,14 @@ class RunManager:
             "failure": status.get("failure"), "exit_code": status.get("exit_code"), "rank": status.get("failed_rank")})
         record = self.store.get_run(run_id)
         states = node_states(self.store, record, {node: status})
+        slurm = self.is_slurm(record.host)
         if status.get("state") == "failed":
             running = [s.node for s in states if not s.final]
             if running:
-                threading.Thread(target=self._stop_nodes, args=(record, running), daemon=True).start()
+                stop = self._stop_slurm_job if slurm else self._stop_nodes
+                threading.Thread(target=stop, args=(record, running), daemon=True).start()
             record = self.store.update_run(run_id, **failure_columns(first_failure(states)))
-        final = outcome(states)
+        final = self.slurm.nodes_ended(record, states) if slurm else outcome(states)
         if final is not None:
             record = self.store.update_run(run_id, **final)
         self._announce_end(run_id, node, record)
@@ -233,6 +265,13 @@ class RunManager:
         try:
             multinode.stop_nodes(self.targets, record, nodes)
         except TargetError as exc:
+            log.warning("run %s: %s", record.id, exc)
+
+    def _stop_slurm_job(self, record: RunRecord, nodes: list[int]) -> None:
+        """A node of a Slurm run failed: end the job, so the other nodes end now, recording why."""
+        try:
+            self.slurm.cancel_after_failure(record, float(record.config.get("stop_grace_s") or 10.0))
+        except (TargetError, KeyError) as exc:
             log.warning("run %s: %s", record.id, exc)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunRecord:
@@ -262,6 +301,8 @@ class RunManager:
                                                message="stopped before its launch had finished")
                 self._announce_end(run_id, 0, record)
             return record
+        if self.is_slurm(record.host) and (record.environment or {}).get("slurm"):
+            return self.slurm.stop(record, float(record.config.get("stop_grace_s") or 10.0))
         if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
             multinode.stop_nodes(self.targets, record, list(record.run_dirs))
             status = {"state": "stopped"}
@@ -319,5 +360,6 @@ class RunManager:
             follower.stop()
         for follower in followers:
             follower.join(timeout=5)
+        self.slurm.close()
         self.targets.close()
 

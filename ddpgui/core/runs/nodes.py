@@ -28,6 +28,7 @@ class NodeState:
     failed_rank: int | None = None
     exit_code: int | None = None
     t: float | None = None
+    where: str = ""  # the machine it ran on, when not the host itself (a Slurm node)
 
     @property
     def final(self) -> bool:
@@ -35,7 +36,7 @@ class NodeState:
 
     @property
     def label(self) -> str:
-        return f"node {self.node} ({self.host})"
+        return f"node {self.node} ({self.where or self.host})"
 
 
 def node_states(store: RunStore, record: RunRecord, statuses: dict[int, dict] | None = None) -> list[NodeState]:
@@ -47,6 +48,9 @@ def node_states(store: RunStore, record: RunRecord, statuses: dict[int, dict] | 
         events = store.events(record.id, node)
         if any(e.get("event") in ("started", "train_start") for e in events):
             state.state = "running"
+        placed = [e for e in events if e.get("event") == "placed"]  # a Slurm node (remote_runner.slurm)
+        if placed:
+            state.where = f"{placed[-1].get('node')} of {record.hosts[node]}"
         ends = [(e["event"], e.get("t"), e.get("rank"), e) for e in events if e.get("event") in FINAL_STATES]
         status = (statuses or {}).get(node) or {}
         if status.get("state") in FINAL_STATES:

@@ -4,7 +4,8 @@ A :class:`SweepRunner` runs the
 cells through the RunManager: one worker thread per host takes that host's
 cells in order, one at a time (so runs do not disturb each other's timing) or,
 for a ``parallel`` sweep, as many at once as the host's GPUs (its CPUs when it
-has none) hold.  Everything the runner knows is in the store (``sweeps`` and
+has none) hold.  On a Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the
+sweep are in the queue at once, and Slurm runs them as it sees fit.  Everything the runner knows is in the store (``sweeps`` and
 ``sweep_cells``), so after the app or the CLI restarts :meth:`SweepRunner.resume`
 carries on: a cell whose run is still going is reattached and waited for, one
 caught before its run existed is launched again.
@@ -228,7 +229,11 @@ class SweepRunner:
         return True
 
     def _fits(self, job: _Job, host: str, cell: SweepCell, running: list[SweepCell]) -> bool:
-        """Serial: when nothing runs.  Parallel: when the host's devices hold this cell's processes too."""
+        """Serial: when nothing runs.  Parallel: when the host's devices hold this cell's processes too.
+        A Slurm cluster: while fewer of the sweep's jobs than the profile's ``max_queued_jobs`` are queued or
+        running there (Slurm decides when and where they run)."""
+        if self.manager.is_slurm(host):
+            return len(running) < self.manager.hosts.get(host).slurm.max_queued_jobs
         if not running:
             return True
         if not job.sweep.parallel:

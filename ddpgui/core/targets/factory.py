@@ -10,6 +10,7 @@ from ..ssh.connection import SSHConnection
 from ..ssh.known_hosts import ConfirmHostKey, KnownHosts
 from .base import Target
 from .local import LocalTarget
+from .slurm import SlurmTarget
 from .ssh import SSHTarget
 
 _PYTHON_SNIPPET = (
@@ -27,14 +28,15 @@ _PYTHON_SNIPPET = (
 
 def open_target(name: str, store: HostStore, *, confirm_host_key: ConfirmHostKey | None = None,
                 ask_secret: AskSecret | None = None, known_hosts: KnownHosts | None = None) -> Target:
-    """``local`` → :class:`LocalTarget`; any other profile → :class:`SSHTarget` (connects lazily)."""
+    """``local`` → :class:`LocalTarget`; a Slurm cluster → :class:`SlurmTarget`; any other profile →
+    :class:`SSHTarget` (both connect lazily)."""
     profile = store.get(name)
     if profile.is_local:
         return LocalTarget(profile.name, python=os.path.expanduser(profile.python) if profile.python else None,
                            run_root=profile.run_root or None)
     connection = SSHConnection(store.route(name), known_hosts=known_hosts, confirm_host_key=confirm_host_key,
                                ask_secret=ask_secret)
-    return SSHTarget(profile, connection)
+    return SlurmTarget(profile, connection) if profile.is_slurm else SSHTarget(profile, connection)
 
 
 @dataclass

@@ -1,0 +1,188 @@
+"""Runs on a real Slurm cluster (issue 13): two slurmd nodes on this machine, a loopback sshd as the login node.
+
+The cluster (tests/helpers/slurm_cluster.py) has partitions ``debug`` (no time limit) and ``short`` (5 min),
+two nodes of 2 CPUs; the run root is a temp dir both "nodes" and the login node share, as a cluster's
+shared filesystem.  Every run here is real torchrun with gloo under a real ``sbatch`` job.
+"""
+import os
+import re
+import time
+
+import pytest
+from helpers.spools import host_records, wait_for
+
+from ddpgui.core.hosts import HostProfile, HostStore
+from ddpgui.core.hosts.slurm_options import SlurmOptions
+from ddpgui.core.runs.manager import RunManager
+from ddpgui.core.runs.nodes import node_states
+from ddpgui.core.ssh.connection import SSHConnection
+from ddpgui.core.store import RunStore
+from ddpgui.core.targets.base import TargetError
+from ddpgui.core.targets.slurm import SlurmTarget
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"workload": "linear", "nproc_per_node": 1, "batch_size": 8, "dataset_size": 256, "log_every": 1,
+         "telemetry_interval_s": 0.25, "stop_grace_s": 5.0}
+
+
+@pytest.fixture
+def cluster(slurm_login, slurm, tmp_path):
+    """make(**slurm options) → a RunManager whose host "cluster" is the test cluster's login node."""
+    made = []
+
+    def make(poll_s: float = 2.0, **options):
+        profile = HostProfile(name="cluster", kind="slurm", slurm=SlurmOptions(**{"partition": "debug", **options}),
+                              **slurm_login.profile_fields(tmp_path))
+        hosts = HostStore(tmp_path / "hosts.json")
+        (hosts.update if "cluster" in hosts else hosts.add)(profile)
+        known = slurm_login.known_hosts(tmp_path)
+
+        def open_target(name):
+            return SlurmTarget(hosts.get(name), SSHConnection(hosts.route(name), known_hosts=known,
+                                                              reconnect_attempts=3, backoff_s=0.2))
+
+        store = RunStore(tmp_path / "runs.sqlite3")
+        manager = RunManager(store, hosts, open_target)
+        manager.slurm.poll_s = manager.slurm.running_poll_s = poll_s  # the suite waits less; the app keeps 10/30 s
+        manager.slurm.end_grace_s = 5.0
+        made.append((manager, store))
+        return manager
+
+    yield make
+    for manager, store in made:
+        manager.close()
+        store.close()
+
+
+def _job(record) -> str:
+    return record.environment["slurm"]["job_id"]
+
+
+def _no_run_processes(slurm, run_dirs) -> bool:
+    return not slurm.job_processes()
+
+
+def test_two_nodes_train_as_one_world_under_one_job(cluster, slurm):
+    manager = cluster()
+    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=30))
+    assert record.state == "queued" and record.hosts == ["cluster", "cluster"] and sorted(record.run_dirs) == [0, 1]
+    final = manager.wait(record.id, timeout=300)
+    assert final.state == "finished", (final.message, manager.store.log_tail(record.id, "stderr.log", 1)[-2000:],
+                                       slurm.log_tail())
+    # One job ran both nodes: world size 2, node ranks from Slurm, rendezvous on the first node.
+    starts = [e for e in manager.store.events(record.id, 0) if e.get("event") == "train_start"]
+    assert starts and starts[0]["world_size"] == 2
+    assert [r["step"] for r in manager.store.records(record.id)] == list(range(1, 31))
+    assert manager.store.records(record.id) == host_records(final.run_dirs[0])
+    for node in (0, 1):
+        telemetry = manager.store.records(record.id, "telemetry.jsonl", node)
+        assert telemetry and telemetry == host_records(final.run_dirs[node], "telemetry.jsonl"), node
+    statuses = [e for e in manager.store.events(record.id, 1) if e.get("event") == "started"]
+    assert statuses and statuses[0]["node_rank"] == 1
+    assert [s.state for s in node_states(manager.store, final)] == ["finished", "finished"]
+    assert wait_for(lambda: slurm.job_state(_job(final))["JobState"] == "COMPLETED", 60)  # the batch step ends last
+    assert slurm.job_state(_job(final))["NumNodes"] == "2"
+    assert os.path.isfile(os.path.join(final.run_dirs[0], "job.sbatch"))
+    assert os.path.isfile(os.path.join(final.run_dirs[0], f"slurm-{_job(final)}.out"))
+    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 30)
+
+
+def test_a_held_job_shows_its_reason_then_runs_when_released(cluster, slurm):
+    manager = cluster()
+    record = manager.launch("cluster", dict(SMALL, steps=10), follow=True)
+    slurm.run("scontrol", "uhold", _job(record))  # a user's hold (root's plain hold is an administrator's)
+    assert wait_for(lambda: "JobHeldUser" in manager.store.get_run(record.id).message, 60), \
+        manager.store.get_run(record.id).message
+    held = manager.store.get_run(record.id)
+    assert held.state == "queued" and "held by you" in held.message and "scontrol release" in held.hint
+    slurm.run("scontrol", "release", _job(record))
+    final = manager.wait(record.id, timeout=240)
+    assert final.state == "finished" and final.message == "" and final.started_at is not None
+
+
+def test_a_job_waiting_for_nodes_is_queued_with_its_reason(cluster, slurm):
+    manager = cluster()
+    blocker = slurm.sbatch("-N2", "--exclusive", "--wrap", "sleep 600")
+    assert wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm.jobs()), 60)
+    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=10))
+    assert wait_for(lambda: "Resources" in manager.store.get_run(record.id).message
+                    or "Priority" in manager.store.get_run(record.id).message, 60), \
+        manager.store.get_run(record.id).message
+    assert manager.store.get_run(record.id).state == "queued"
+    slurm.run("scancel", blocker)
+    assert manager.wait(record.id, timeout=240).state == "finished"
+
+
+def test_stop_cancels_the_job_and_leaves_nothing_running(cluster, slurm):
+    manager = cluster()
+    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=100000))
+    assert wait_for(lambda: len(manager.store.records(record.id)) >= 3, 240), manager.store.get_run(record.id)
+    manager.stop(record.id)
+    final = manager.wait(record.id, timeout=120)
+    assert final.state == "stopped" and final.failure is None, (final.message, final.hint)
+    assert [s.state for s in node_states(manager.store, final)] == ["stopped", "stopped"]
+    assert wait_for(lambda: not slurm.jobs(), 60) and wait_for(lambda: not slurm.job_processes(), 30)
+
+
+def test_stop_of_a_queued_job_cancels_it_before_it_starts(cluster, slurm):
+    manager = cluster()
+    record = manager.launch("cluster", dict(SMALL, steps=10))
+    slurm.run("scontrol", "uhold", _job(record))
+    manager.stop(record.id)
+    final = manager.wait(record.id, timeout=120)
+    assert final.state == "stopped" and final.failure is None, (final.message, final.hint)
+    assert "cancelled before it started" in final.message
+    assert not slurm.jobs()
+
+
+def test_a_job_over_its_time_limit_ends_timed_out(cluster, slurm):
+    manager = cluster(time_limit="1")  # one minute: Slurm sends SIGTERM, then SIGKILL after KillWait
+    record = manager.launch("cluster", dict(SMALL, steps=1_000_000))
+    final = manager.wait(record.id, timeout=240)
+    assert final.state == "failed" and final.failure == "timeout", (final.message, final.hint)
+    assert "time limit" in final.message and "longer time limit" in final.hint
+    assert manager.store.records(record.id)  # what it logged before is kept
+    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)
+
+
+def test_a_node_killed_mid_run_fails_the_run_naming_it(cluster, slurm):
+    manager = cluster()
+    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=1_000_000, rank_failure_timeout_s=20))
+    assert wait_for(lambda: len(manager.store.records(record.id)) >= 3, 240)
+    started = time.monotonic()
+    assert slurm.kill_node("n2")
+    try:
+        final = manager.wait(record.id, timeout=180)
+    except TimeoutError:
+        run = manager.store.get_run(record.id)
+        pytest.fail(f"{run.state} {run.message} {run.environment.get('slurm')} "
+                    f"{[(s.state, s.message) for s in node_states(manager.store, run)]} {slurm.jobs()}")
+    assert final.state == "failed", (final.message, final.hint)
+    assert "node 1" in final.message, final.message
+    assert time.monotonic() - started < 150
+    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)
+
+
+def test_a_request_the_partition_cannot_hold_is_refused_before_sbatch(cluster, slurm):
+    manager = cluster(partition="short", time_limit="10:00")
+    with pytest.raises(TargetError) as caught:
+        manager.launch("cluster", dict(SMALL, steps=10))
+    assert caught.value.field == "time_limit" and "5:00" in str(caught.value)
+    with pytest.raises(TargetError) as caught:
+        cluster(partition="nope").launch("cluster", dict(SMALL, steps=10))
+    assert "no partition 'nope'" in str(caught.value) and "debug" in str(caught.value)
+    with pytest.raises(TargetError) as caught:
+        cluster().launch("cluster", dict(SMALL, nnodes=3, steps=10))
+    assert caught.value.field == "nnodes"
+    assert not slurm.jobs()
+
+
+def test_probe_reports_partitions_queue_and_the_login_python(cluster, slurm):
+    manager = cluster()
+    report = manager.targets.probe("cluster")
+    parts = {p["name"]: p for p in report["slurm"]["partitions"]}
+    assert set(parts) == {"debug", "short"} and parts["debug"]["default"] and parts["debug"]["nodes"] == 2
+    assert parts["short"]["time_limit_s"] == 300 and parts["debug"]["time_limit_s"] is None
+    assert re.search(r"\b\d+\.\d+", report["slurm"]["version"]) and report["torch"]["version"]
+    assert report["slurm"]["queue"] == []
