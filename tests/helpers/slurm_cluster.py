@@ -93,6 +93,13 @@ def ensure_munge() -> None:
         time.sleep(0.2)
 
 
+def _die_with_parent() -> None:
+    """In the daemon's child before exec: SIGTERM it when the test process dies (killed pytest, no teardown)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _free_ports(count: int) -> list[int]:
     sockets, ports = [], []
     try:
@@ -239,7 +246,8 @@ class SlurmCluster:
     def _spawn(self, argv: list[str], log: str, extra_env: dict[str, str]) -> subprocess.Popen:
         with open(self.root / log, "ab") as out:
             return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**self.env, TAG: str(self.root), **extra_env}, start_new_session=True)
+                                    env={**self.env, TAG: str(self.root), **extra_env}, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
 
     def start(self, timeout: float = 60) -> None:
         """munge, slurmctld and every slurmd up; returns once every node is idle."""
