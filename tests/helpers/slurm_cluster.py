@@ -271,7 +271,10 @@ class SlurmCluster:
                 self._stop_daemons()
 
     def start_slurmd(self, node: str) -> None:
-        """(Re)start ``node``'s slurmd; with ``ReturnToService=2`` a node marked DOWN comes back when it registers."""
+        """(Re)start ``node``'s slurmd; with ``ReturnToService=2`` a node marked DOWN comes back when it registers.
+
+        Call it from a thread that outlives the cluster (the main thread): the daemon gets SIGTERM when the
+        thread that started it ends (``PR_SET_PDEATHSIG``)."""
         self.slurmds[node] = self._spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node], f"slurmd-{node}.out",
                                          {NODE_TAG: node})
 
