@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-#: ``squeue -h -o`` format: id, state (long), reason, nodes, time limit, node count.
-SQUEUE_FORMAT = "%i|%T|%r|%N|%l|%D"
+#: ``squeue -h -o`` format: id, state (long), reason, nodes, time used, time limit, node count.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%D"
 #: ``sacct -X -n -P -o`` columns.
 SACCT_COLUMNS = "JobID,State,ExitCode,Reason"
 
@@ -35,6 +35,7 @@ class JobInfo:
     node_count: int | None = None
     restarts: int = 0
     exit_code: str = ""
+    elapsed: str = ""
     source: str = "squeue"  # squeue | scontrol | sacct
     fields: dict = field(default_factory=dict)
 
@@ -57,11 +58,11 @@ def parse_squeue(text: str) -> dict[str, JobInfo]:
     jobs = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 6 or not parts[0]:
+        if len(parts) != 7 or not parts[0]:
             continue
-        job_id, state, reason, nodes, limit, count = parts
+        job_id, state, reason, nodes, used, limit, count = parts
         jobs[job_id] = JobInfo(job_id, _state(state), "" if reason in ("None", "(null)") else reason, nodes, limit,
-                               int(count) if count.isdigit() else None)
+                               int(count) if count.isdigit() else None, elapsed=used)
     return jobs
 
 
@@ -75,7 +76,7 @@ def parse_scontrol_job(text: str) -> JobInfo | None:
                    fields.get("NodeList", "") if fields.get("NodeList") != "(null)" else "",
                    fields.get("TimeLimit", ""), int(fields["NumNodes"]) if fields.get("NumNodes", "").isdigit() else None,
                    int(fields.get("Restarts") or 0) if (fields.get("Restarts") or "0").isdigit() else 0,
-                   fields.get("ExitCode", ""), "scontrol", fields)
+                   fields.get("ExitCode", ""), fields.get("RunTime", ""), "scontrol", fields)
 
 
 def parse_sacct(text: str) -> dict[str, JobInfo]:

@@ -8,6 +8,7 @@ line, where no ``#SBATCH`` parsing can split a run root with spaces.
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 
 from remote_runner.config import RunConfig
@@ -64,9 +65,13 @@ def sbatch_argv(cfg: RunConfig, first_dir: str) -> list[str]:
 
 
 def parse_job_id(stdout: str) -> str | None:
-    """The job id ``sbatch --parsable`` printed (``123`` or ``123;cluster``)."""
+    """The job id ``sbatch --parsable`` printed (``123`` or ``123;cluster``), or ``Submitted batch job 123``
+    (what sbatch before 14.03, or a site's wrapper script, prints)."""
     for line in reversed(stdout.strip().splitlines()):
         head = line.strip().split(";", 1)[0]
         if head.isdigit():
             return head
+        m = re.match(r"^Submitted batch job (\d+)", line.strip())
+        if m:
+            return m.group(1)
     return None

@@ -61,6 +61,7 @@ class SlurmTarget(SSHTarget):
         super().__init__(profile, connection)
         self.options = profile.slurm
         self._accounting: bool | None = None  # sacct works here (None: not asked yet)
+        self._sacct_columns = SACCT_COLUMNS
         self.commands = 0  # Slurm commands run (the status-poll load on the login node)
 
     # ---- Slurm's commands ------------------------------------------------------------------
@@ -116,7 +117,10 @@ class SlurmTarget(SSHTarget):
         MinJobAge, 300 s by default); a job neither knows any more is absent."""
         found: dict[str, JobInfo] = {}
         if self._accounting is not False:
-            result = self.slurm(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", SACCT_COLUMNS])
+            result = self.slurm(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", self._sacct_columns])
+            if result.rc != 0 and "Invalid field" in result.stderr.decode("utf-8", "replace"):
+                self._sacct_columns = SACCT_COLUMNS.replace(",Reason", "")  # sacct before 19.05 has no Reason
+                result = self.slurm(["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", self._sacct_columns])
             if result.rc == 0:
                 self._accounting = True
                 found = {k: v for k, v in parse_sacct(result.stdout.decode("utf-8", "replace")).items()
