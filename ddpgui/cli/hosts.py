@@ -278,7 +278,7 @@ def show_fields(p: HostProfile) -> list[tuple[str, str]]:
                 f"{s.gpus_per_node} per node (--gpus-per-node={s.gpus_per_node})") if s.gpus_per_node else "none"
         rows += [("partition", s.partition), ("account", s.account or "(your default)"),
                  ("qos", s.qos or "(default)"), ("time limit", s.time_limit or "(the partition's)"),
-                 ("gpus", gpus), ("cpus per task", str(s.cpus_per_task or "(Slurm's default)")),
+                 ("gpus", gpus), ("cpus per task", str(s.cpus_per_task or "(one per process)")),
                  ("mem", s.mem or "(the partition's default)"), ("max queued jobs", str(s.max_queued_jobs))]
         rows += [("#SBATCH", line) for line in s.sbatch_lines]
         rows += [("setup", line) for line in s.setup_lines]
@@ -397,6 +397,9 @@ def format_probe(report: dict, name: str) -> str:
     lines.append(f"torch.compile: {'possible' if compile_.get('possible') else 'not possible'} on "
                  f"{compile_.get('device', '?')} (C compiler: {compile_.get('c_compiler') or 'none'})")
     lines.extend(f"Note: {note}" for note in report.get("notes") or [])
+    if report.get("slurm"):
+        lines[0] += " (the login node: the jobs run on the cluster's nodes)"
+        lines.extend(slurm_lines(report["slurm"]))
     problems = report.get("problems") or []
     lines.append(f"Problems: {len(problems) or 'none'}")
     for problem in problems:
@@ -404,3 +407,25 @@ def format_probe(report: dict, name: str) -> str:
         if problem.get("hint"):
             lines.append(f"      hint: {problem['hint']}")
     return "\n".join(lines)
+
+
+def slurm_lines(slurm: dict) -> list[str]:
+    """A cluster's probe: its Slurm version, partitions (nodes, free, limits) and the user's queue."""
+    lines = [f"Slurm: {slurm.get('version') or '?'}; this profile submits to partition {slurm.get('partition')}",
+             f"  {'partition':<14} {'state':<6} {'nodes':<18} {'CPUs':>5} {'GPUs':>5} {'memory':>9}  time limit"]
+    for part in slurm.get("partitions") or []:
+        nodes = f"{part['nodes']} ({part['free_nodes']} free" + (f", {part['down_nodes']} down)" if part["down_nodes"]
+                                                                 else ")")
+        memory = f"{part['mem_per_node_mb'] / 1024:.1f} GiB" if part.get("mem_per_node_mb") else "?"
+        name = part["name"] + ("*" if part.get("default") else "")
+        lines.append(f"  {name:<14} {'up' if part.get('available') else 'down':<6} {nodes:<18} "
+                     f"{part.get('cpus_per_node', 0):>5} {part.get('gpus_per_node', 0):>5} {memory:>9}  "
+                     f"{part.get('time_limit') or '?'}")
+    queue = slurm.get("queue") or []
+    lines.append(f"Your queue: {len(queue) or 'empty'}" + (" job(s)" if queue else ""))
+    for job in queue[:20]:
+        why = f" ({job['reason']})" if job.get("reason") else ""
+        lines.append(f"  {job['id']:<10} {job['state']}{why} {job.get('nodes') or ''}".rstrip())
+    if len(queue) > 20:
+        lines.append(f"  … and {len(queue) - 20} more (squeue -u $USER)")
+    return lines

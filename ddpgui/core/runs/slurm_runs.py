@@ -230,6 +230,7 @@ class SlurmRuns:
                 info.state == "CANCELLED" and not slurm.get("failure_cancel"))))
             never_started = s.state == "starting" and not self.store.events(record.id, s.node)
             message = ("cancelled before it started" if never_started and requested else
+                       "stopped on request" if requested else
                        f"{s.label} ended without recording an outcome (Slurm job {slurm.get('job_id')}: {said})")
             self.store.add_client_event(record.id, s.node, {
                 "event": "stopped" if quiet else "failed", "t": time.time(), "message": message,
@@ -323,6 +324,7 @@ class SlurmRuns:
                 time.sleep(1.0)
         if info is None or not info.final:
             target.cancel(job_id)
+        self._follow(record.id)  # the nodes' last records and ends (a CLI stop follows nothing before)
         self.track(record)
         self.poll_now(record.host)
         return self.store.get_run(record.id)

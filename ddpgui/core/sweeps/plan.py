@@ -149,7 +149,9 @@ def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRe
     for repeat in range(spec.repeats):
         for values in combos:
             settings = {**base, **values, **({"seed": repeat} if own_seeds else {})}
-            _validate(settings, values)
+            for slurm in sorted({hosts is not None and hosts.get(h).is_slurm for h in names}):
+                # A cluster's runs are Slurm jobs: several nodes need no endpoint (the job finds its own)
+                _validate(dict(settings, scheduler="slurm") if slurm else settings, values)
             for host in names:
                 cells.append(SweepCell(sweep_id=sweep_id, index=len(cells), host=host, settings=settings,
                                        repeat=repeat, label=cell_label(values, repeat, spec.repeats, host,

@@ -254,7 +254,8 @@ class SweepRunner:
         sweep = job.sweep
         tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
         try:
-            cfg = make_config({**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags})
+            slurm = {"scheduler": "slurm"} if self.manager.is_slurm(cell.host) else {}
+            cfg = make_config({**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags, **slurm})
         except ConfigError as exc:  # validated when planned; a newer runner could still refuse it
             self._end_cell(job, cell, "failed", *describe(exc))
             return False
