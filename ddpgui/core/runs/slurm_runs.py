@@ -4,7 +4,7 @@ A run's follow streams start at submission (the login node reads every node's
 spools on the shared run root; ``follow`` beats "created" until the job starts),
 so its records, its start (heartbeats say starting/running) and its nodes' own
 ends arrive exactly as on SSH hosts.  Slurm is asked only what the streams
-cannot tell (:class:`SlurmWatcher`, one thread for every cluster, one ``squeue``
+cannot tell (the watcher thread of :class:`SlurmRuns`, one for every cluster, one ``squeue``
 per cluster per poll however many runs it has):
 
 - while a job is queued: its pending reason, shown as the run's message;
