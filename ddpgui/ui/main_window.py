@@ -180,9 +180,20 @@ class MainWindow(QMainWindow):
         as the nodes of one run (``name``, the current host, is among them or the only one)."""
         nodes = self.hosts_panel.selected_nodes()
         profiles = [self.hosts.get(n) for n in nodes]
+        left_out = []
+        if len(profiles) > 1 and any(p.is_slurm for p in profiles):
+            # a cluster's run is one job on its own nodes: it is never a node of an SSH multi-node run
+            current = self.hosts.get(name) if name in nodes else profiles[0]
+            kept = [current] if current.is_slurm else [p for p in profiles if not p.is_slurm]
+            left_out = [p.display_name for p in profiles if p not in kept]
+            profiles, nodes = kept, [p.name for p in kept]
         prices = [p.price_per_hour for p in profiles if p.price_per_hour]
+        cluster = profiles[0].slurm if len(profiles) == 1 and profiles[0].is_slurm else None
         self.launch_panel.set_nodes(nodes, [self.hosts_panel.probes.get(n) for n in nodes],
-                                    [p.display_name for p in profiles], sum(prices) if prices else None)
+                                    [p.display_name for p in profiles], sum(prices) if prices else None, cluster)
+        if left_out:
+            self.launch_panel.show_warnings([f"left out of this run: {', '.join(left_out)} (a Slurm cluster runs "
+                                             "a job on its own nodes and is never a node of a run across hosts)"])
 
     def set_probe(self, name: str, probe: dict) -> None:
         """Remember a host's probe report (also used by tests with captured reports)."""
@@ -211,7 +222,8 @@ class MainWindow(QMainWindow):
     # ---- runs ------------------------------------------------------------------------------
     def launch(self, settings: dict) -> None:
         nodes = list(self.launch_panel.nodes)
-        host = self.hosts_panel.current() if len(nodes) < 2 else " + ".join(nodes)
+        host = nodes[0] if len(nodes) < 2 else " + ".join(nodes)
+        cluster = self.launch_panel.cluster is not None
         self.settings.setValue("launch/settings", json.dumps(settings))
         self.launch_panel.set_busy(True, "connecting…")
         self.launch_panel.show_warnings([])
@@ -221,7 +233,9 @@ class MainWindow(QMainWindow):
             self.runs_table.model.update_run(record)
             self.show_run(record.id)
             self.runs_table.select_run(record.id)
-            self.statusBar().showMessage(f"Launched {record.name} on {host}", 5000)
+            job = ((record.environment or {}).get("slurm") or {}).get("job_id")
+            self.statusBar().showMessage(f"Submitted {record.name} to {host} as Slurm job {job}" if cluster and job
+                                         else f"Launched {record.name} on {host}", 5000)
 
         def failed(exc: Exception) -> None:
             self.launch_panel.set_busy(False)
@@ -251,7 +265,7 @@ class MainWindow(QMainWindow):
             self.stop_runs(run_ids)
         elif action == "rerun":
             run = self.store.get_run(run_ids[0])
-            if len(run.hosts) > 1:
+            if len(run.hosts) > 1 and not self.manager.is_slurm(run.host):  # a cluster's run: one host, N nodes
                 self.hosts_panel.select_nodes(run.hosts)
             else:
                 self.hosts_panel.select(run.host)
@@ -311,8 +325,9 @@ class MainWindow(QMainWindow):
             if update.run.state in FINAL_STATES:
                 self._notify(update.run)
             else:
-                for host in update.run.hosts:
-                    self.hosts_panel.set_status(host, "busy", "running a run")
+                queued = update.run.state == "queued"
+                for host in dict.fromkeys(update.run.hosts):
+                    self.hosts_panel.set_status(host, "busy", "a job queued in Slurm" if queued else "running a run")
         self.dashboard.on_update(update)
         self.compare.on_update(update)
 

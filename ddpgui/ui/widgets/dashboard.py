@@ -4,7 +4,8 @@ A run's stored series are read on a worker thread (:func:`~ddpgui.core.runs.trac
 that arrive meanwhile are queued and replayed after it by ``seq``, so nothing is shown
 twice or lost.  Curves redraw on a timer (at most 20 Hz) as exact per-pixel envelopes.
 A multi-node run shows each node's telemetry ("node 1 GPU 0"), each node's state in
-the header, and one node's log tail at a time (node 0 first).
+the header, and one node's log tail at a time (node 0 first).  A Slurm run waiting in the queue
+shows its job and the reason instead of its progress, and its nodes by their Slurm names once placed.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from remote_runner.status import FINAL_STATES
 
 from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
+from .slurm_view import queued_text, slurm_node_line, slurm_of
 
 #: Redraw period: at most 20 Hz whatever the data rate.
 REDRAW_MS = 50
@@ -56,6 +58,7 @@ class Dashboard(QWidget):
         self.store = store
         self.loader = loader
         self.traces: dict[str, RunTrace] = {}
+        self.slurm: dict[str, dict] = {}  # run id → its Slurm facts (job, state, reason, nodes); Slurm runs only
         self.x_axis = "step"
         self._header_dirty = True
 
@@ -204,6 +207,7 @@ class Dashboard(QWidget):
 
     def _loaded(self, trace: RunTrace, data: TraceData) -> None:
         trace.apply(data, self.x_axis)
+        self.slurm.update({trace.run_id: slurm_of(data.run)} if slurm_of(data.run) else {})
         if trace.run_id == self.run_id:
             self.log.clear()
             self._show_logs(trace)
@@ -280,6 +284,9 @@ class Dashboard(QWidget):
             if self.traces.get(trace.run_id) is trace and asked == trace.nodes_asked:
                 trace.nodes = states
                 self._header_dirty = True
+                if trace.run_id == self.run_id and [s.label for s in states] != [
+                        self.log_node.itemText(i).removeprefix("log of ") for i in range(self.log_node.count())]:
+                    self._fill_log_nodes()  # a Slurm node's name is known once its job has placed it
                 # the run has ended but a node's own end is not stored yet: look again shortly (bounded)
                 if trace.live.state in FINAL_STATES and not all(n.final for n in states) \
                         and trace.nodes_retries < NODE_RETRIES:
@@ -403,6 +410,7 @@ class Dashboard(QWidget):
             live, run = trace.live, update.run
             changed = (live.state, live.message) != (run.state, run.message)
             live.state, live.message, live.hint = run.state, run.message, run.hint
+            self.slurm.update({trace.run_id: slurm_of(run)} if slurm_of(run) else {})
             if run.summary:
                 live.summary = run.summary
         # a node can end after the run's state was set (a stop marks the run first): read again until all have
@@ -463,16 +471,19 @@ class Dashboard(QWidget):
             parts.append(f"peak mem {live.mem_peak_gib:.2f} GiB")
         if live.mean_gpu_util is not None:
             parts.append(f"GPU {live.mean_gpu_util:.0f}% avg")
-        self.stats.setText("   ·   ".join(parts))
-        self.nodes.setVisible(primary.multinode)
-        if primary.multinode:
+        slurm = self.slurm.get(self.run_id)
+        self.stats.setText(queued_text(live.message) if live.state == "queued" else "   ·   ".join(parts))
+        self.nodes.setVisible(primary.multinode or slurm is not None)
+        if slurm is not None:  # each node's state, by its Slurm name once the job has placed it
+            self.nodes.setText(slurm_node_line(live.state, primary.nodes, slurm))
+        elif primary.multinode:
             self.nodes.setText(node_line(primary.nodes))
         if live.message and live.state == "failed":
             self.error.setText(f"<b>{live.message}</b>" + (f"<br>Hint: {live.hint}" if live.hint else ""))
             self.error.setVisible(True)
         else:
             self.error.setVisible(False)
-        hint = live.pipeline_hint
+        hint = f"Hint: {live.hint}" if live.state == "queued" and live.hint else live.pipeline_hint
         self.advice.setVisible(bool(hint))
         if hint:
             self.advice.setText(hint)

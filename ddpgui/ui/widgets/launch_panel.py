@@ -1,7 +1,10 @@
 """The launch form for the selected host(s): choices bounded by what the hosts' probes found.
 
 With two or more hosts selected the run is multi-node: the processes count is per node,
-bounded by the smallest node, and a precision any node cannot run is refused.
+bounded by the smallest node, and a precision any node cannot run is refused.  On a Slurm
+cluster the run asks for a number of nodes; nodes and processes per node are bounded by the
+profile's partition (from the probe's ``sinfo``) and the request is checked against it
+(:func:`~ddpgui.core.slurm.partitions.request_problems`), the refusal shown on the control at fault.
 """
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.errors import describe
+from ddpgui.core.hosts.slurm_options import SlurmOptions
 from ddpgui.core.runs.multinode import max_processes
+from ddpgui.core.slurm.partitions import request_problems
 from remote_runner.config import (
     BACKENDS,
     COMPILE_MODES,
@@ -39,10 +44,24 @@ from remote_runner.config import (
 )
 from remote_runner.probe import precision_problems as probe_precision_problems
 
+from .slurm_view import (
+    MAX_NODES_UNKNOWN,
+    ElidedLabel,
+    cluster_partition,
+    cluster_precision_probe,
+    limits_text,
+    processes_per_node,
+    uses_gpus,
+    world_text,
+)
+
 SCRIPT = "my own script"
 LENGTH_UNITS = ("steps", "epochs", "minutes")
 #: The length of a script that runs as long as it does (unknown to us: steps and rate, no total or ETA).
 SCRIPT_LENGTH = "as the script runs"
+_INVALID_LABEL = "color: #d93025; font-weight: 600;"
+#: Where a refused request is shown: the control of the field (the partition's limits line for the profile's own).
+_PROFILE_FIELDS = ("time_limit", "gpus_per_node", "partition")
 
 
 def precision_problems(probe: dict | None) -> dict[str, str | None]:
@@ -69,7 +88,18 @@ class LaunchPanel(QWidget):
         self.script_args = QLineEdit(placeholderText="--epochs 3 --lr 1e-3")
         self.metric_regex = QLineEdit(placeholderText=r"optional, e.g. loss[=: ]+(?P<loss>[\d.eE+-]+)")
         self.nproc = QSpinBox(objectName="nproc", minimum=1, maximum=2, value=2)
-        self.nproc_label = QLabel()
+        self.nproc_label = ElidedLabel()
+        self.cluster: SlurmOptions | None = None  # the Slurm options when the host is a cluster
+        self.partitions: list = []  # the cluster's partitions from its probe
+        self.nnodes = QSpinBox(objectName="nnodes", minimum=1, maximum=MAX_NODES_UNKNOWN, value=1,
+                               toolTip="Nodes the job asks Slurm for (sbatch --nodes)")
+        self.nnodes_label = ElidedLabel(objectName="nnodes_label")
+        self.world = ElidedLabel(objectName="world_label")
+        self.limits = QLabel(objectName="partition_limits", wordWrap=True, visible=False)
+        self.limits.setMinimumWidth(1)  # a long partition name is cut, never widens the window
+        #: The field (as request_problems names it) whose control is marked refused, if any.
+        self.invalid_field: str | None = None
+        self._marked: QWidget | None = None
         self.compile = QComboBox(objectName="compile")
         self.compile.addItems(COMPILE_MODES)
         self.precision = QComboBox(objectName="precision")
@@ -105,6 +135,8 @@ class LaunchPanel(QWidget):
         self.hint = QLabel(objectName="hint_label", wordWrap=True)
         self.warning = QLabel(objectName="warning_label", wordWrap=True, visible=False)
         self.nodes_label = QLabel(objectName="nodes_label", wordWrap=True, visible=False)
+        for label in (self.error, self.hint, self.warning, self.nodes_label):
+            label.setMinimumWidth(1)  # a long word (a path, a partition's name) is cut, never widens the window
         self.cost = QLabel(objectName="cost_label")
         self.progress = QProgressBar(objectName="launch_progress", visible=False, textVisible=True)
         self.launch_button = QPushButton("Launch", objectName="launch_button", toolTip="Launch the run (Ctrl+Return)")
@@ -125,10 +157,15 @@ class LaunchPanel(QWidget):
         script_form.addRow("Arguments", self.script_args)
         script_form.addRow("Metric regex", self.metric_regex)
         form.addRow(self.script_box)
-        nproc_row = QHBoxLayout()
-        nproc_row.addWidget(self.nproc)
-        nproc_row.addWidget(self.nproc_label, 1)
-        form.addRow("Processes", nproc_row)
+        self.nnodes_row = QHBoxLayout()
+        self.nnodes_row.addWidget(self.nnodes)
+        self.nnodes_row.addWidget(self.nnodes_label, 1)
+        form.addRow("Nodes", self.nnodes_row)
+        self.nproc_row = QHBoxLayout()
+        self.nproc_row.addWidget(self.nproc)
+        self.nproc_row.addWidget(self.nproc_label, 1)
+        form.addRow("Processes", self.nproc_row)
+        form.addRow("", self.world)
         form.addRow("Compile", self.compile)
         form.addRow("Precision", self.precision)
         batch_row = QHBoxLayout()
@@ -141,11 +178,13 @@ class LaunchPanel(QWidget):
         form.addRow("Length", length_row)
         form.addRow("Name", self.name)
         form.addRow("Tags", self.tags)
-        self.title = QLabel("Launch on This computer", objectName="panel_title")
+        self.form = form
+        self.title = ElidedLabel("Launch on This computer", objectName="panel_title")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
         layout.addWidget(self.nodes_label)
+        layout.addWidget(self.limits)
         layout.addLayout(form)
         layout.addWidget(self.advanced)
         layout.addWidget(self.error)
@@ -156,7 +195,8 @@ class LaunchPanel(QWidget):
         layout.addWidget(self.progress)
         layout.addWidget(self.launch_button)
 
-        for signal in (self.workload.currentTextChanged, self.nproc.valueChanged, self.compile.currentTextChanged,
+        for signal in (self.workload.currentTextChanged, self.nproc.valueChanged, self.nnodes.valueChanged,
+                       self.compile.currentTextChanged,
                        self.precision.currentTextChanged, self.batch.valueChanged, self.length.valueChanged,
                        self.length_unit.currentTextChanged, self.name.textChanged, self.tags.textChanged,
                        self.script_dir.textChanged, self.script_entry.textChanged, self.script_args.textChanged,
@@ -169,25 +209,37 @@ class LaunchPanel(QWidget):
 
     # ---- host ------------------------------------------------------------------------------
     def set_host(self, name: str, probe: dict | None, display_name: str | None = None,
-                 price_per_hour: float | None = None) -> None:
-        """Bound the choices by what the host's probe found (everything allowed when not probed yet)."""
-        self.set_nodes([name], [probe], [display_name or name], price_per_hour)
+                 price_per_hour: float | None = None, cluster: SlurmOptions | None = None) -> None:
+        """Bound the choices by what the host's probe found (everything allowed when not probed yet);
+        ``cluster``: the host is a Slurm cluster with these options."""
+        self.set_nodes([name], [probe], [display_name or name], price_per_hour, cluster)
 
     def set_nodes(self, names: list[str], probes: list[dict | None], display_names: list[str],
-                  price_per_hour: float | None = None) -> None:
+                  price_per_hour: float | None = None, cluster: SlurmOptions | None = None) -> None:
         """One host, or the nodes of a multi-node run (node 0 first): the choices are bounded by every
-        node's probe (the smallest node's processes; a precision any node cannot run is refused)."""
+        node's probe (the smallest node's processes; a precision any node cannot run is refused).
+        ``cluster`` (one host only): a Slurm cluster, bounded by its partition instead of its login node."""
         self.host, self.nodes, self.probe, self.price_per_hour = names[0], list(names), probes[0], price_per_hour
+        self.cluster = cluster if len(names) == 1 else None
         self.show_warnings([])
-        limit, what = min(max_processes(p) for p in probes)
-        self.nproc.setMaximum(limit)
-        unknown = "" if all(probes) else " (probe the host to know)" if len(names) == 1 else \
-            " (probe every node to know)"
-        if len(names) == 1:
+        self.form.setRowVisible(self.nnodes_row, self.cluster is not None)
+        self.form.setRowVisible(self.world, self.cluster is not None)
+        self.form.labelForField(self.nproc_row).setText("Processes per node" if self.cluster else "Processes")
+        self.limits.setVisible(self.cluster is not None)
+        if self.cluster is not None:
+            self._set_cluster(display_names[0], probes[0])
+            probes = [cluster_precision_probe(probes[0], self.cluster)]  # its compute nodes, not the login node
+        else:
+            self.partitions = []
+            limit, what = min(max_processes(p) for p in probes)
+            self.nproc.setMaximum(limit)
+            unknown = "" if all(probes) else " (probe the host to know)" if len(names) == 1 else \
+                " (probe every node to know)"
+        if self.cluster is None and len(names) == 1:
             self.title.setText(f"Launch on {display_names[0]}")
             self.nodes_label.setVisible(False)
             self.nproc_label.setText(f"of {limit} {what}{unknown}")
-        else:
+        elif self.cluster is None:
             self.title.setText(f"Launch on {len(names)} nodes")
             self.nodes_label.setText(f"{len(names)} nodes: {display_names[0]} (node 0), " + ", ".join(display_names[1:]))
             self.nodes_label.setVisible(True)
@@ -208,6 +260,22 @@ class LaunchPanel(QWidget):
             self.precision.setCurrentText("fp32")
         self.validate()
 
+    def _set_cluster(self, display_name: str, probe: dict | None) -> None:
+        """A Slurm cluster: nodes and processes per node bounded by the profile's partition (when probed)."""
+        options = self.cluster
+        part, self.partitions = cluster_partition(probe, options)
+        self.title.setText(f"Launch on cluster {display_name} (Slurm)")
+        self.nodes_label.setVisible(False)
+        self.limits.setText(limits_text(part, options, self.partitions))
+        self.limits.setToolTip(self.limits.text())
+        self.nnodes.setMaximum(max(1, part.nodes) if part else MAX_NODES_UNKNOWN)
+        self.nnodes_label.setText(f"of {part.nodes} in partition {part.name}" if part else
+                                  "(test the host to know the partition's nodes)")
+        limit, what = processes_per_node(part, options)
+        self.nproc.setMaximum(limit)
+        where = f"per node in partition {part.name}" if part else "per node (test the host to know)"
+        self.nproc_label.setText(f"of {limit} {what} {where}")
+
     def _pick_dir(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Script folder")
         if path:
@@ -221,6 +289,8 @@ class LaunchPanel(QWidget):
                           "precision": self.precision.currentText(), "batch_size": self.batch.value(),
                           "name": self.name.text().strip(),
                           "tags": [t.strip() for t in self.tags.text().split(",") if t.strip()]}
+        if self.cluster is not None:  # never for other hosts: an SSH multi-node run is one host per node
+            settings["nnodes"] = self.nnodes.value()
         if unit != SCRIPT_LENGTH:
             settings[unit] = float(self.length.value()) if unit == "minutes" else self.length.value()
         if self.workload.currentText() == SCRIPT:
@@ -255,6 +325,7 @@ class LaunchPanel(QWidget):
             self.script_args.setText(shlex.join(script.get("args") or []))
             self.metric_regex.setText(script.get("metric_regex") or "")
         self.nproc.setValue(int(settings.get("nproc_per_node", 1)))
+        self.nnodes.setValue(int(settings.get("nnodes", 1)))
         self.compile.setCurrentText(settings.get("compile", "off"))
         if not self.problems.get(settings.get("precision", "fp32")):
             self.precision.setCurrentText(settings.get("precision", "fp32"))
@@ -286,24 +357,38 @@ class LaunchPanel(QWidget):
         """Inline validation through the runner's own config check; returns whether Launch may go."""
         self.script_box.setVisible(self.workload.currentText() == SCRIPT)
         self._offer_script_length(self.workload.currentText() == SCRIPT)
-        world = self.nproc.value() * len(self.nodes)
+        nnodes = self.nnodes.value() if self.cluster is not None else len(self.nodes)
+        world = self.nproc.value() * nnodes
+        self.world.setText(world_text(nnodes, self.nproc.value()))
         global_batch = self.batch.value() * world * (self.grad_accum.value() if self.advanced.isChecked() else 1)
         self.global_batch.setText(f"global batch {global_batch}")
-        error = ""
+        error, hint, field = "", "", None
+        checked = {k: v for k, v in self.settings().items() if v is not None}
+        if self.cluster is not None:
+            checked["scheduler"] = "slurm"  # the rendezvous is found on the job's first node
         try:
-            config_from_dict({k: v for k, v in self.settings().items() if v is not None})
+            config_from_dict(checked)
         except ConfigError as exc:
-            error = str(exc)
+            error, field = str(exc), getattr(exc, "field", None)
         except (TypeError, ValueError) as exc:
             error = str(exc)
+        if not error and self.cluster is not None and self.partitions:
+            problems = request_problems(self.partitions, self.cluster, self.nnodes.value(), self.nproc.value(),
+                                        uses_gpus(self.cluster))
+            if problems:
+                field, error, hint = problems[0]
         if not error and self.problems.get(self.precision.currentText()):
             error = self.problems[self.precision.currentText()]
         if not error and self.workload.currentText() == SCRIPT and not self.script_dir.text().strip():
             error = "pick the folder of your script"
         self.error.setText(error)
+        self.error.setToolTip(error)
         self.error.setVisible(bool(error))
-        hint = ""
-        if self.probe and (self.probe.get("gpus") or []) and global_batch < 32 * world:
+        self._mark(field if error else None, error, hint)
+        gpus = uses_gpus(self.cluster) if self.cluster is not None else bool(self.probe and self.probe.get("gpus"))
+        if hint:
+            hint = f"Hint: {hint}"
+        elif gpus and global_batch < 32 * world:
             hint = (f"A global batch of {global_batch} is small for {world} GPUs: they will mostly wait on "
                     "communication. Try a larger batch per GPU.")
         self.hint.setText(hint)
@@ -332,12 +417,57 @@ class LaunchPanel(QWidget):
         return f"This host costs {self.price_per_hour:g}/h while it is rented."
 
     def show_error(self, exc: BaseException, prefix: str = "Launch failed") -> None:
-        """An error inline, its hint apart (what a preflight or a launch raised)."""
+        """An error inline, its hint apart (what a preflight or a launch raised); the control of the field
+        it names (a Slurm request the cluster refused) is marked."""
         message, hint = describe(exc)
         self.error.setText(f"{prefix}: {message}")
+        self.error.setToolTip(self.error.text())
         self.error.setVisible(True)
         self.hint.setText(f"Hint: {hint}" if hint else "")
         self.hint.setVisible(bool(hint))
+        self._mark(getattr(exc, "field", None), message, hint)
+
+    def field_widget(self, field: str | None) -> QWidget | None:
+        """The control that shows ``field`` (a config field or one of request_problems'): the profile's own
+        Slurm settings are shown, and refused, on the partition's limits line."""
+        field = (field or "").removeprefix("slurm.")
+        if field in _PROFILE_FIELDS and self.cluster is not None:
+            return self.limits
+        return {"nnodes": self.nnodes if self.cluster is not None else None, "nproc_per_node": self.nproc,
+                "batch_size": self.batch, "steps": self.length, "epochs": self.length, "minutes": self.length,
+                "precision": self.precision, "compile": self.compile}.get(field)
+
+    def _mark(self, field: str | None, message: str = "", hint: str = "") -> None:
+        """Mark the control at fault (its label red, the message as its tooltip); ``None`` clears the mark."""
+        old, self._marked = self._marked, None
+        if old is not None:
+            old.setProperty("invalid", False)
+            old.setToolTip(self.limits.text() if old is self.limits else old.property("plain_tip") or "")
+            old.setStyleSheet("")
+            label = self._label_of(old)
+            if label is not None:
+                label.setStyleSheet("")
+        widget = self.field_widget(field)
+        self.invalid_field = field if widget is not None else None
+        if widget is None:
+            return
+        if widget.property("plain_tip") is None:
+            widget.setProperty("plain_tip", widget.toolTip())
+        self._marked = widget
+        widget.setProperty("invalid", True)
+        widget.setToolTip(message + (f"\nHint: {hint}" if hint else ""))
+        label = self._label_of(widget)
+        if label is not None:
+            label.setStyleSheet(_INVALID_LABEL)
+        elif widget is self.limits:
+            widget.setStyleSheet(_INVALID_LABEL)
+
+    def _label_of(self, widget: QWidget) -> QLabel | None:
+        for row in (self.nnodes_row, self.nproc_row):
+            if row.indexOf(widget) >= 0:
+                return self.form.labelForField(row)
+        label = self.form.labelForField(widget)
+        return label if isinstance(label, QLabel) else None
 
     def show_warnings(self, warnings: list[str]) -> None:
         """Warnings that do not block a launch (e.g. the nodes have different torch versions)."""

@@ -21,9 +21,11 @@ from PySide6.QtWidgets import (
 from ddpgui.core.runs.live import format_duration, format_rate
 from ddpgui.core.store import RunRecord, RunStore
 
+from .slurm_view import host_cell, state_cell
+
 COLUMNS = ("Name", "Host", "Workload", "Compile", "Precision", "GPUs", "State", "Step", "Throughput", "Peak mem",
            "Duration", "Cost")
-STATE_COLORS = {"running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
+STATE_COLORS = {"queued": "#8e6bbf", "running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
                 "failed": "#d93025", "stopped": "#f29900"}
 
 
@@ -88,7 +90,7 @@ class RunsModel(QAbstractTableModel):
         if column == "Name":
             return run.name or run.id, (run.name or run.id).lower()
         if column == "Host":
-            return " + ".join(run.hosts), " + ".join(run.hosts)  # a multi-node run's nodes, node 0 first
+            return host_cell(run), host_cell(run)  # a multi-node run's nodes (node 0 first), or a cluster's job
         if column == "Workload":
             what = cfg.get("workload", "") if cfg.get("mode") != "script" else (cfg.get("script") or {}).get("entry", "script")
             return what, what
@@ -98,8 +100,8 @@ class RunsModel(QAbstractTableModel):
         if column == "GPUs":
             n = int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
             return str(n), n
-        if column == "State":
-            return run.state, run.state
+        if column == "State":  # a queued Slurm job: with its reason (the whole message is the tooltip)
+            return state_cell(run), run.state
         if column == "Step":
             step = run.last_step or 0
             return (f"{step}/{run.total_steps}" if run.total_steps else str(step)), step
@@ -193,7 +195,7 @@ class RunsTable(QWidget):
         self.find = QLineEdit(objectName="runs_find", placeholderText="Filter runs by name, tag, host… (Ctrl+F)",
                               clearButtonEnabled=True)
         self.state = QComboBox(objectName="runs_state")
-        self.state.addItems(["all states", "running", "starting", "finished", "failed", "stopped"])
+        self.state.addItems(["all states", "queued", "running", "starting", "finished", "failed", "stopped"])
         self.find.textChanged.connect(self._filter)
         self.state.currentTextChanged.connect(self._filter)
         bar = QHBoxLayout()
