@@ -21,6 +21,12 @@ def main(argv: list[str]) -> int:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         rows += module.run()
         print(f"  {name} took {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return report(rows)
+
+
+def report(rows: list[Row]) -> int:
+    """Print the table, write .bench/results.json; 1 when a row missed its target (a module alone uses it too,
+    e.g. ``python -m benchmarks.bench_slurm --quick``)."""
     width = max(len(r.name) for r in rows)
     print(f"\n{'measure':<{width}}  {'value':>12}  {'unit':<10}  {'target':<14}  ok")
     for r in rows:
