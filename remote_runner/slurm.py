@@ -85,7 +85,8 @@ def prepare_attempt(base: str, nnodes: int, restarts: int) -> str:
     run_id = os.path.basename(new_base)
     for node in range(nnodes):
         src, dst = node_run_dir(base, nnodes, node), node_run_dir(new_base, nnodes, node)
-        if os.path.isdir(dst):
+        if os.path.isdir(dst):  # the client made it when it saw the requeue: its config follows the mkdir at once
+            _wait_for(os.path.join(dst, CONFIG), 30.0)
             continue
         with open(os.path.join(src, CONFIG), encoding="utf-8") as fh:
             config = json.load(fh)
@@ -93,6 +94,14 @@ def prepare_attempt(base: str, nnodes: int, restarts: int) -> str:
         os.makedirs(dst, 0o700)
         atomic_write(os.path.join(dst, CONFIG), json.dumps(config, indent=2, sort_keys=True).encode(), 0o600)
     return new_base
+
+
+def _wait_for(path: str, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def set_endpoint(base: str, nnodes: int, endpoint: Optional[str]) -> None:

@@ -336,7 +336,9 @@ def slurm_cluster():
 
     Tests should take ``slurm`` instead, which puts the cluster back to idle after each test.
     """
-    cluster = SlurmCluster()
+    # A requeued job becomes eligible cred_expire + 1 s later (120 s by default): 30 s keeps the requeue test short
+    # while leaving a loaded machine time to launch each job step with its credential.
+    cluster = SlurmCluster(options={"AuthInfo": "cred_expire=30"})
     try:
         cluster.start()
         yield cluster

@@ -186,3 +186,29 @@ def test_probe_reports_partitions_queue_and_the_login_python(cluster, slurm):
     assert parts["short"]["time_limit_s"] == 300 and parts["debug"]["time_limit_s"] is None
     assert re.search(r"\b\d+\.\d+", report["slurm"]["version"]) and report["torch"]["version"]
     assert report["slurm"]["queue"] == []
+
+
+@pytest.mark.timeout(600)
+def test_a_requeued_job_ends_the_run_and_its_next_attempt_is_a_linked_run(cluster, slurm):
+    manager = cluster(sbatch_lines=["--requeue"])
+    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=1_000_000))
+    assert wait_for(lambda: len(manager.store.records(record.id)) >= 3, 240)
+    slurm.run("scontrol", "requeue", _job(record))
+    first = manager.wait(record.id, timeout=120)
+    new_id = f"{record.id}-r1"
+    assert (first.state, first.failure) == ("stopped", "requeued"), (first.message, first.hint)
+    assert new_id in first.message and first.environment["slurm"]["requeued_as"] == new_id
+    second = manager.store.get_run(new_id)
+    assert second.environment["slurm"]["requeue_of"] == record.id and second.environment["slurm"]["attempt"] == 2
+    assert _job(second) == _job(record) and second.run_dirs[0].endswith(f"{new_id}.node0")
+    # The second attempt runs in its own directories and its metrics start again from step 1.
+    if not wait_for(lambda: len(manager.store.records(new_id)) >= 3, 240):
+        base = os.path.dirname(second.run_dirs[0])
+        pytest.fail(f"{manager.store.get_run(new_id)}\n{slurm.jobs()}\n{slurm.job_state(_job(record))}\n"
+                    f"{sorted(os.listdir(base))}\n{open(os.path.join(first.run_dirs[0], 'slurm-' + _job(record) + '.out')).read()}")
+    assert manager.store.records(new_id)[0]["step"] == 1
+    assert manager.store.get_run(new_id).state == "running"
+    assert len(manager.store.records(record.id)) < 1_000_000  # the first run's records are kept as they were
+    manager.stop(new_id)
+    assert manager.wait(new_id, timeout=120).state == "stopped"
+    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)

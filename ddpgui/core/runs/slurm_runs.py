@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from remote_runner.config import RunConfig
+from remote_runner.config import RunConfig, config_from_dict
 from remote_runner.slurm import attempt_base, node_run_dir
 
 from ..slurm.jobs import LIVE, JobInfo, end_columns, pending_text
@@ -262,27 +262,31 @@ class SlurmRuns:
         new_id = attempt_base(root_id, attempt)
         nnodes = int(record.config.get("nnodes") or 1)
         base = attempt_base(slurm["base"], attempt)
+        name = f"{record.name or root_id} (attempt {attempt + 1})"
+        config = dict(record.config, run_id=new_id, name=name)
+        # Its directories are made now (the job's slurm-job reuses them), so its follow streams find them.
+        self.targets.target(record.host).prepare(config_from_dict(config), exist_ok=True)
         for s in node_states(self.store, record):
             if not s.final:
                 self._drop_follow(record.id, s.node)
-        ended = self.store.update_run(
-            record.id, state="stopped", failure="requeued", ended_at=time.time(), hint=f"its next attempt is run {new_id}",
-            message=f"Slurm requeued job {slurm['job_id']} (preemption, a node failure or scontrol requeue): "
-                    f"attempt {attempt + 1} runs as {new_id}",
-            environment=dict(record.environment, slurm=dict(slurm, requeued_as=new_id, ending=None)))
-        self._untrack(record.id)
-        self._emit_end(record.id, 0, ended)
-        name = f"{record.name or root_id} (attempt {attempt + 1})"
+        # The next attempt exists before this run ends: whoever sees the end can find it.
         new_slurm = dict(slurm, attempt=attempt + 1, requeue_of=root_id, state=info.state, reason=info.reason,
-                         stop_requested=None, ending=None, requeued_as=None)
+                         stop_requested=None, ending=None, requeued_as=None, failure_cancel=None)
         message, hint = pending_text(info) if info.queued else ("", "")
         self.store.create_run(new_id, name=name, tags=record.tags, hosts=record.hosts,
-                              config=dict(record.config, run_id=new_id, name=name), state="queued",
+                              config=config, state="queued",
                               total_steps=record.total_steps, sweep_id=record.sweep_id,
                               environment=dict(record.environment, slurm=new_slurm))
         new = self.store.update_run(new_id, message=message, hint=hint,
                                     run_dirs={k: node_run_dir(base, nnodes, k) for k in range(nnodes)})
+        ended = self._update_slurm(
+            record.id, {"requeued_as": new_id, "ending": None}, state="stopped", failure="requeued",
+            ended_at=time.time(), hint=f"its next attempt is run {new_id}",
+            message=f"Slurm requeued job {slurm['job_id']} (preemption, a node failure or scontrol requeue): "
+                    f"attempt {attempt + 1} runs as {new_id}")
+        self._untrack(record.id)
         self._emit(new_id, new)
+        self._emit_end(record.id, 0, ended)
         self._follow(new_id)
 
     # ---- the nodes' own ends, and stopping ----------------------------------------------------

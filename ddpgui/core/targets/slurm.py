@@ -78,12 +78,8 @@ class SlurmTarget(SSHTarget):
 
     def submit(self, cfg: RunConfig) -> Submission:
         """Prepare every node's run directory (config, job script) and ``sbatch`` the job."""
+        dirs = self.prepare(cfg)
         base = self.run_dir(cfg.run_id)
-        dirs = {k: node_run_dir(base, cfg.nnodes, k) for k in range(cfg.nnodes)}
-        for k, run_dir in dirs.items():
-            node_cfg = dataclasses.replace(cfg, node_rank=k, scheduler="slurm")
-            self._runner_json("launch", run_dir, "--new", "--no-start", "--profile", self.name,
-                              stdin=node_cfg.to_json().encode())
         script = jobscript.job_script(self.options, cfg, self.runner(), base, self.name)
         self.write_file(posixpath.join(dirs[0], jobscript.SCRIPT_NAME), script.encode(), 0o700)
         result = self.slurm(jobscript.sbatch_argv(cfg, dirs[0]), timeout=120)
@@ -94,6 +90,21 @@ class SlurmTarget(SSHTarget):
                         f"the job script is {posixpath.join(dirs[0], jobscript.SCRIPT_NAME)} on {self.name}")
             raise TargetError(f"sbatch refused the job on {self.name}: {err[-400:] or 'no output'}", hint)
         return Submission(job_id, dirs, script)
+
+    def prepare(self, cfg: RunConfig, exist_ok: bool = False) -> dict[int, str]:
+        """Create every node's run directory with its config (``launch --new --no-start``); ``exist_ok``: one the
+        job made already (a requeued attempt's, remote_runner.slurm.prepare_attempt) is fine."""
+        base = self.run_dir(cfg.run_id)
+        dirs = {k: node_run_dir(base, cfg.nnodes, k) for k in range(cfg.nnodes)}
+        for k, run_dir in dirs.items():
+            node_cfg = dataclasses.replace(cfg, node_rank=k, scheduler="slurm", rdzv_endpoint=None)
+            try:
+                self._runner_json("launch", run_dir, "--new", "--no-start", "--profile", self.name,
+                                  stdin=node_cfg.to_json().encode())
+            except TargetError as exc:
+                if not (exist_ok and "already exists" in str(exc)):
+                    raise
+        return dirs
 
     def launch(self, config: RunConfig) -> LaunchResult:
         raise TargetError(f"{self.name} is a Slurm cluster: its runs are submitted as jobs", "use RunManager.launch")
