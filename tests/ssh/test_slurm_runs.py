@@ -212,3 +212,13 @@ def test_a_requeued_job_ends_the_run_and_its_next_attempt_is_a_linked_run(cluste
     manager.stop(new_id)
     assert manager.wait(new_id, timeout=120).state == "stopped"
     assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)
+
+
+def test_a_job_sbatch_refuses_fails_the_launch_with_sbatch_s_words(cluster, slurm):
+    manager = cluster(sbatch_lines=["--constraint=nosuchfeature"])
+    with pytest.raises(TargetError) as caught:
+        manager.launch("cluster", dict(SMALL, steps=10))
+    assert "sbatch refused the job on cluster" in str(caught.value) and "feature" in str(caught.value).lower()
+    (run,) = manager.store.list_runs()
+    assert run.state == "failed" and run.failure == "launch_failed" and "sbatch refused" in run.message
+    assert not slurm.jobs()
