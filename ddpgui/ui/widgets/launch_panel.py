@@ -463,11 +463,13 @@ class LaunchPanel(QWidget):
             widget.setStyleSheet(_INVALID_LABEL)
 
     def _label_of(self, widget: QWidget) -> QLabel | None:
-        for row in (self.nnodes_row, self.nproc_row):
-            if row.indexOf(widget) >= 0:
-                return self.form.labelForField(row)
-        label = self.form.labelForField(widget)
-        return label if isinstance(label, QLabel) else None
+        """The form's label of the row ``widget`` is in (alone or in the row's layout)."""
+        for row in range(self.form.rowCount()):
+            item = self.form.itemAt(row, QFormLayout.ItemRole.FieldRole)
+            if item is not None and (item.widget() is widget or (item.layout() and item.layout().indexOf(widget) >= 0)):
+                label = self.form.itemAt(row, QFormLayout.ItemRole.LabelRole)
+                return label.widget() if label is not None and isinstance(label.widget(), QLabel) else None
+        return None
 
     def show_warnings(self, warnings: list[str]) -> None:
         """Warnings that do not block a launch (e.g. the nodes have different torch versions)."""
