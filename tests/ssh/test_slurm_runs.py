@@ -4,6 +4,7 @@ The cluster (tests/helpers/slurm_cluster.py) has partitions ``debug`` (no time l
 two nodes of 2 CPUs; the run root is a temp dir both "nodes" and the login node share, as a cluster's
 shared filesystem.  Every run here is real torchrun with gloo under a real ``sbatch`` job.
 """
+import dataclasses
 import os
 import re
 import time
@@ -204,8 +205,9 @@ def test_a_requeued_job_ends_the_run_and_its_next_attempt_is_a_linked_run(cluste
     # The second attempt runs in its own directories and its metrics start again from step 1.
     if not wait_for(lambda: len(manager.store.records(new_id)) >= 3, 240):
         base = os.path.dirname(second.run_dirs[0])
+        out = open(os.path.join(first.run_dirs[0], f"slurm-{_job(record)}.out")).read()
         pytest.fail(f"{manager.store.get_run(new_id)}\n{slurm.jobs()}\n{slurm.job_state(_job(record))}\n"
-                    f"{sorted(os.listdir(base))}\n{open(os.path.join(first.run_dirs[0], 'slurm-' + _job(record) + '.out')).read()}")
+                    f"{sorted(os.listdir(base))}\n{out}")
     assert manager.store.records(new_id)[0]["step"] == 1
     assert manager.store.get_run(new_id).state == "running"
     assert len(manager.store.records(record.id)) < 1_000_000  # the first run's records are kept as they were
@@ -222,3 +224,23 @@ def test_a_job_sbatch_refuses_fails_the_launch_with_sbatch_s_words(cluster, slur
     (run,) = manager.store.list_runs()
     assert run.state == "failed" and run.failure == "launch_failed" and "sbatch refused" in run.message
     assert not slurm.jobs()
+
+
+def test_a_login_node_without_torch_runs_jobs_with_the_setup_lines_python(cluster, slurm, slurm_login, tmp_path):
+    """A cluster's login node often has no torch: the jobs get theirs from the profile's setup lines (here a
+    PATH to this venv, as `module load` or `source venv/bin/activate` would)."""
+    import sys
+
+    venv_bin = os.path.dirname(sys.executable)
+    manager = cluster(setup_lines=[f"export PATH={venv_bin}:$PATH"])
+    profile = manager.hosts.get("cluster")
+    manager.hosts.update(dataclasses.replace(profile, python="/usr/bin/python3"))  # stdlib only, no torch
+    report = manager.targets.probe("cluster")
+    torch_problems = [p for p in report["problems"] if p.get("code") == "torch_missing"]
+    assert torch_problems and torch_problems[0]["severity"] == "warning"
+    assert torch_problems[0]["message"].startswith("on the login node: ")
+    manager.hosts.update(dataclasses.replace(profile, python="python3"))  # the job's PATH decides which one
+    manager.targets.drop("cluster")
+    record = manager.launch("cluster", dict(SMALL, steps=10))
+    final = manager.wait(record.id, timeout=240)
+    assert final.state == "finished", (final.message, manager.store.log_tail(record.id, "stderr.log")[-1500:])

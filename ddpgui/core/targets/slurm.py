@@ -183,6 +183,10 @@ class SlurmTarget(SSHTarget):
     def probe(self) -> dict:
         """The login node's probe (its Python and torch), with the cluster: version, partitions, the user's queue."""
         report = super().probe()
+        # What the runner found is the login node's: its GPUs, driver and even torch are often not the compute
+        # nodes' (a module or venv of the setup lines), so they warn, never block a launch.
+        report["problems"] = [dict(p, severity="warning", message="on the login node: " + p.get("message", ""))
+                              for p in report.get("problems") or []]
         parts = self.partitions()
         report["slurm"] = {"version": self.version(), "partitions": [p.to_json() for p in parts],
                            "queue": [dataclasses.asdict(j) for j in self.queue()],
