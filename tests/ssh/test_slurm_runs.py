@@ -244,3 +244,30 @@ def test_a_login_node_without_torch_runs_jobs_with_the_setup_lines_python(cluste
     record = manager.launch("cluster", dict(SMALL, steps=10))
     final = manager.wait(record.id, timeout=240)
     assert final.state == "finished", (final.message, manager.store.log_tail(record.id, "stderr.log")[-1500:])
+
+
+def test_a_dropped_login_link_loses_nothing(cluster, slurm, slurm_login):
+    manager = cluster()
+    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=400))
+    assert wait_for(lambda: len(manager.store.records(record.id)) >= 5, 240)
+    assert slurm_login.server.drop_connections() >= 1
+    final = manager.wait(record.id, timeout=300)
+    assert final.state == "finished", final.message
+    assert manager.store.records(record.id) == host_records(final.run_dirs[0])
+    for node in (0, 1):
+        assert manager.store.records(record.id, "telemetry.jsonl", node) == \
+            host_records(final.run_dirs[node], "telemetry.jsonl")
+
+
+def test_an_app_restart_while_queued_picks_the_job_up_again(cluster, slurm):
+    first = cluster()
+    record = first.launch("cluster", dict(SMALL, steps=10))
+    slurm.run("scontrol", "uhold", _job(record))
+    assert wait_for(lambda: "JobHeldUser" in first.store.get_run(record.id).message, 60)
+    first.close()  # the app quits; the job stays queued on the cluster
+    second = cluster()
+    assert second.reattach() == [record.id]
+    assert second.store.get_run(record.id).state == "queued"
+    slurm.run("scontrol", "release", _job(record))
+    final = second.wait(record.id, timeout=240)
+    assert final.state == "finished" and [r["step"] for r in second.store.records(record.id)] == list(range(1, 11))
