@@ -135,7 +135,7 @@ def test_requests_the_partition_cannot_hold():
     nope = request_problems(parts, SlurmOptions(partition="gpu"), 1, 1, uses_gpus=False)
     assert nope[0][0] == "partition" and "debug, short" in nope[0][1]
     down = parse_sinfo(fixture("sinfo_node_down.txt"))
-    assert "usable nodes" in request_problems(down, fine, 2, 1, uses_gpus=False)[0][1]
+    assert "has 1 usable node now" in request_problems(down, fine, 2, 1, uses_gpus=False)[0][1]
 
 
 def test_the_job_script_and_sbatch_command(tmp_path):

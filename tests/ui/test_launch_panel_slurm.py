@@ -108,7 +108,7 @@ def test_more_nodes_than_are_up_are_refused_on_the_nodes_control(window):
     assert panel.nnodes.maximum() == 2
     panel.nnodes.setValue(2)
     assert not panel.launch_button.isEnabled()
-    assert panel.error.text() == ("partition debug has 1 usable nodes now (1 down or drained), the run asks for 2")
+    assert panel.error.text() == ("partition debug has 1 usable node now (1 down or drained), the run asks for 2")
     assert panel.invalid_field == "nnodes" and panel.nnodes.property("invalid") is True
     assert panel.error.text() in panel.nnodes.toolTip()
     assert panel.form.labelForField(panel.nnodes_row).styleSheet() != ""  # its label is marked

@@ -115,8 +115,8 @@ def request_problems(partitions: list[Partition], options: SlurmOptions, nnodes:
         problems.append(("nnodes", f"partition {part.name} has {part.nodes} nodes, the run asks for {nnodes}",
                          f"ask for at most {part.nodes} nodes"))
     elif nnodes > usable:
-        problems.append(("nnodes", f"partition {part.name} has {usable} usable nodes now ({part.down_nodes} down "
-                                   f"or drained), the run asks for {nnodes}",
+        problems.append(("nnodes", f"partition {part.name} has {usable} usable node{'s' if usable != 1 else ''} "
+                                   f"now ({part.down_nodes} down or drained), the run asks for {nnodes}",
                          "ask for fewer nodes, or wait until the administrators bring them back"))
     limit = _limit(options.time_limit) if options.time_limit else None
     if limit and part.time_limit_s and limit > part.time_limit_s:
