@@ -9,7 +9,8 @@ the process that started the launch.  Such a run is marked failed
 (``launch_incomplete``) with the step it stopped at; it can then be stopped,
 deleted and rerun like any ended run.  A launch that fails is recorded by
 :func:`launch_failed` (``launch_failed``); a script run's folder is uploaded by
-:func:`upload_script`.
+:func:`upload_script`; :func:`prepare` is every step of a one-host launch before the run starts (an SSH
+host's or a Slurm cluster's).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import dataclasses
 import os
 import socket
 import time
+from collections.abc import Callable
 
 from remote_runner.config import RunConfig
 from remote_runner.fsutil import pid_alive
@@ -24,6 +26,7 @@ from remote_runner.fsutil import pid_alive
 from ..errors import describe
 from ..store import RunRecord, RunStore
 from ..targets.base import Progress, Target
+from ..targets.pool import TargetPool
 
 #: What a launch is doing, in the words of the "launch did not finish" message.
 STAGE_CONNECTING = "connecting to the host and deploying the runner"
@@ -116,3 +119,20 @@ def upload_script(target: Target, cfg: RunConfig, progress: Progress | None = No
     from ..targets.uploads import upload_script_dir
 
     cfg.script = dataclasses.replace(cfg.script, dir=upload_script_dir(target, cfg.script.dir, progress=progress))
+
+
+def prepare(store: RunStore, pool: TargetPool, host: str, cfg: RunConfig, progress: Progress | None = None,
+            check: Callable[[Target], None] | None = None) -> tuple[Target, dict]:
+    """The steps of a launch before the run starts, each recorded as the row's launcher stage: connect and
+    deploy, ``check`` the request on the target, upload a script run's folder (``cfg.script`` then points
+    there), fingerprint the host.  Returns the target and the fingerprint; the caller records a failure."""
+    target = pool.target(host, progress)
+    if check is not None:
+        check(target)
+    if cfg.mode == "script":
+        store.update_run(cfg.run_id, environment=launcher(STAGE_UPLOADING))
+        upload_script(target, cfg, progress)
+        store.update_run(cfg.run_id, config=cfg.to_dict())
+    environment = pool.environment(host)
+    store.update_run(cfg.run_id, environment=launcher(STAGE_STARTING))
+    return target, environment

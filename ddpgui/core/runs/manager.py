@@ -96,13 +96,7 @@ class RunManager:
                                        state="launching", total_steps=cfg.steps, sweep_id=sweep_id,
                                        environment=launches.launcher(launches.STAGE_CONNECTING))
         try:
-            target = self.targets.target(host, progress)
-            if cfg.mode == "script":
-                self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_UPLOADING))
-                launches.upload_script(target, cfg, progress)
-                self.store.update_run(cfg.run_id, config=cfg.to_dict())
-            environment = self.targets.environment(host)
-            self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_STARTING))
+            target, environment = launches.prepare(self.store, self.targets, host, cfg, progress)
             result = target.launch(cfg)
         except BaseException as exc:
             launches.launch_failed(self.store, cfg.run_id, exc)

@@ -79,18 +79,14 @@ class SlurmRuns:
         self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=hosts, config=cfg.to_dict(),
                               state="launching", total_steps=cfg.steps, sweep_id=sweep_id,
                               environment=launches.launcher(launches.STAGE_CONNECTING))
-        try:
-            target = self.targets.target(host, progress)
+        def check(target) -> None:  # an impossible request is refused before anything is submitted
             problems = target.check_request(cfg)
             if problems:
                 field, message, hint = problems[0]
                 raise TargetError(f"{host}: {message}", hint, field=field)
-            if cfg.mode == "script":
-                self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_UPLOADING))
-                launches.upload_script(target, cfg, progress)
-                self.store.update_run(cfg.run_id, config=cfg.to_dict())
-            environment = self.targets.environment(host)
-            self.store.update_run(cfg.run_id, environment=launches.launcher(launches.STAGE_STARTING))
+
+        try:
+            target, environment = launches.prepare(self.store, self.targets, host, cfg, progress, check)
             submission = target.submit(cfg)
         except BaseException as exc:
             launches.launch_failed(self.store, cfg.run_id, exc)
