@@ -111,3 +111,13 @@ def _metrics_on_host(run_dir: str) -> bool:
             return len(fh.readlines()) >= 2
     except OSError:
         return False
+
+
+def test_nnodes_on_a_host_that_is_no_cluster_is_refused_with_what_to_do(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DDPGUI_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DDPGUI_CONFIG_DIR", str(tmp_path / "config"))
+    assert main(["launch", "local", "--nnodes", "2", "--workload", "linear", "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--nnodes 2 is for a Slurm cluster host, and local is not one" in err and "--nodes A,B" in err
+    with RunStore() as store:
+        assert store.list_runs() == []
