@@ -271,3 +271,19 @@ def test_an_app_restart_while_queued_picks_the_job_up_again(cluster, slurm):
     slurm.run("scontrol", "release", _job(record))
     final = second.wait(record.id, timeout=240)
     assert final.state == "finished" and [r["step"] for r in second.store.records(record.id)] == list(range(1, 11))
+
+
+def test_an_end_no_stream_brought_is_read_from_the_shared_disk(cluster, slurm):
+    """The watcher sees the job gone before any follow stream brought the nodes' ends (the app was closed
+    during the run): it reads each node's status.json on the shared run root, then fetches the records."""
+    first = cluster()
+    record = first.launch("cluster", dict(SMALL, nnodes=2, steps=20))
+    assert wait_for(lambda: first.store.get_run(record.id).state == "running", 240)
+    first.close()
+    assert wait_for(lambda: not slurm.jobs(), 240)
+    second = cluster()
+    second.slurm.track(second.store.get_run(record.id))  # the watcher only: no stream follows the run
+    final = second.wait(record.id, timeout=120)
+    assert final.state == "finished", final.message
+    assert [s.state for s in node_states(second.store, final)] == ["finished", "finished"]
+    assert wait_for(lambda: second.store.records(record.id) == host_records(final.run_dirs[0]), 60)

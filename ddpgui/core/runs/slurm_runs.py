@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from remote_runner.config import RunConfig, config_from_dict
 from remote_runner.slurm import attempt_base, node_run_dir
+from remote_runner.status import FINAL_STATES
 
 from ..slurm.jobs import LIVE, JobInfo, end_columns, pending_text
 from ..store import RunRecord, RunStore
@@ -220,6 +221,15 @@ class SlurmRuns:
             if s.final:
                 continue
             self._drop_follow(record.id, s.node)
+            ended = self._status_on_disk(record, s.run_dir)
+            if ended is not None:  # its end is on the shared disk; the follow stream had not brought it yet
+                self.store.add_client_event(record.id, s.node, {
+                    "event": ended["state"], "t": ended.get("ended_at") or time.time(),
+                    "message": ended.get("message") or "", "hint": ended.get("hint") or "",
+                    "failure": ended.get("failure"), "exit_code": ended.get("exit_code"),
+                    "rank": ended.get("failed_rank")})
+                self._follow(record.id)  # its last records
+                continue
             # Slurm ended it (a stop, its time limit, a preemption): not the node's failure; a cancel of ours after
             # another node failed is no reason for this one to have recorded nothing.
             quiet = requested or (info is not None and (info.state in ("TIMEOUT", "PREEMPTED") or (
@@ -248,6 +258,14 @@ class SlurmRuns:
                                                 "ending": None}, **final)
         self._untrack(record.id)
         self._emit_end(record.id, 0, record)
+
+    def _status_on_disk(self, record: RunRecord, run_dir: str) -> dict | None:
+        """The node's final status.json as the login node reads it on the shared run root, or None."""
+        try:
+            status = self.targets.target(record.host).status(run_dir)
+        except TargetError:
+            return None
+        return status if status.get("state") in FINAL_STATES else None
 
     def _requeued(self, record: RunRecord, info: JobInfo) -> None:
         """Slurm requeued the job: this run ends; its next attempt is the linked run ``<id>-r<N>``, in the run
@@ -290,9 +308,10 @@ class SlurmRuns:
         """Every node has recorded its end: the final columns to store now, or None when Slurm must say more
         first (the watcher ends the run: a stop nobody asked for is Slurm's, a failure may be a node's)."""
         final = outcome(states)
-        if final is None:
+        current = self.store.get_run(record.id)
+        if final is None or not current.active:  # not yet, or ended already (by the watcher, from the disk)
             return None
-        slurm = slurm_of(self.store.get_run(record.id))
+        slurm = slurm_of(current)
         if final["state"] == "finished" or (final["state"] == "stopped" and slurm.get("stop_requested")):
             self._untrack(record.id)
             return final
