@@ -123,14 +123,15 @@ class LaunchPanel(QWidget):
         self.backend.addItems(BACKENDS)
         self.warmup = QSpinBox(minimum=0, maximum=10 ** 6, value=5)
         self.env = QPlainTextEdit(placeholderText="NAME=value, one per line", maximumHeight=60)
-        adv = QFormLayout(self.advanced)
+        self.advanced_body = QWidget(self.advanced, objectName="advanced_body", visible=False)
+        QVBoxLayout(self.advanced).addWidget(self.advanced_body)  # shown/hidden whole: never child by child
+        adv = QFormLayout(self.advanced_body)
         for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
                               ("Environment", self.env)):
             adv.addRow(label, widget)
-        self.advanced.toggled.connect(lambda on: [w.setVisible(on) for w in self.advanced.findChildren(QWidget)])
-        self.advanced.toggled.emit(False)
+        self.advanced.toggled.connect(self.advanced_body.setVisible)
         self.error = QLabel(objectName="error_label", wordWrap=True)
         self.hint = QLabel(objectName="hint_label", wordWrap=True)
         self.warning = QLabel(objectName="warning_label", wordWrap=True, visible=False)
