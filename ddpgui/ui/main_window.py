@@ -30,6 +30,7 @@ from remote_runner.status import FINAL_STATES
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.sweep import SweepDialog
+from .menus import build_menus
 from .prompts import Prompts
 from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
@@ -91,7 +92,7 @@ class MainWindow(QMainWindow):
         self.hosts_panel.test_requested.connect(self.test_connection)
         self.hosts_panel.hosts_changed.connect(self._update_prices)
         self.launch_panel.launch_requested.connect(self.launch)
-        self.runs_table.run_selected.connect(self.show_run)
+        self.runs_table.run_opened.connect(self.show_run)  # selecting alone never switches the tab
         self.runs_table.runs_selected.connect(self.dashboard.set_runs)
         self.runs_table.action_requested.connect(self.run_action)
         self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
@@ -104,21 +105,18 @@ class MainWindow(QMainWindow):
         self._update_prices()
         QTimer.singleShot(0, self._reattach)
         QTimer.singleShot(0, self.sweeps.check_resumable)
-        sweep_menu = self.menuBar().addMenu("S&weeps")
-        sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), self.new_sweep)
         self._last_contact: dict[str, float] = {}  # host → when the app last talked to it
         self._reminded: dict[str, float] = {}  # host → the last use it was reminded about
         self.idle_timer = QTimer(self, interval=60_000)
         self.idle_timer.timeout.connect(self.check_idle_hosts)
         self.idle_timer.start()
-        settings_menu = self.menuBar().addMenu("&Settings")
-        settings_menu.addAction("Idle host reminder…", self.set_idle_minutes)
+        build_menus(self)  # File, View, Sweeps, Settings, Help
 
     # ---- setup -----------------------------------------------------------------------------
     def _shortcuts(self) -> None:
         for keys, slot in (("Ctrl+Return", self.launch_panel.request_launch),
                            ("Ctrl+.", lambda: self.stop_runs([self.dashboard.run_id] if self.dashboard.run_id else [])),
-                           ("F5", self.refresh), ("Ctrl+F", self._focus_find), ("Ctrl+Q", self.close)):
+                           ("F5", self.refresh), ("Ctrl+F", self._focus_find)):  # Ctrl+Q: File ▸ Quit
             action = QAction(self, shortcut=QKeySequence(keys))
             action.triggered.connect(slot)
             self.addAction(action)

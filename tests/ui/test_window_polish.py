@@ -1,6 +1,7 @@
 """The rest of the window (issue 14): the Advanced box, the runs table's clicks, menus, tooltips, hosts."""
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 
@@ -19,3 +20,121 @@ def test_advanced_toggle_opens_no_popup_nor_stray_window(window, qtbot):
         assert not panel.backend.view().isVisible()
         assert panel.advanced_body.isVisible() is on
         assert panel.optimizer.isVisible() is on
+
+
+def _two_runs(window):
+    for run_id in ("r1", "r2"):
+        window.store.create_run(run_id, name=f"run {run_id}", hosts=["local"], config={"steps": 5}, state="finished")
+    window.runs_table.model.reload()
+    window.tabs.setCurrentIndex(1)  # the Runs tab
+    view = window.runs_table.view
+    return view, [view.visualRect(window.runs_table.proxy.index(r, 0)).center() for r in (0, 1)]
+
+
+def test_clicks_in_the_runs_table_select_without_switching_tabs(window, qtbot):
+    view, (first, second) = _two_runs(window)
+    runs_page = window.tabs.currentWidget()
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=first)
+    assert window.tabs.currentWidget() is runs_page
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier, pos=second)
+    assert window.tabs.currentWidget() is runs_page
+    assert sorted(window.runs_table.selected_ids()) == ["r1", "r2"]
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.RightButton, pos=first)
+    assert window.tabs.currentWidget() is runs_page
+    assert sorted(window.dashboard.run_ids) == ["r1", "r2"]  # the dashboard follows the selection, unseen
+
+
+def test_double_click_or_enter_opens_the_dashboard(window, qtbot):
+    view, (first, second) = _two_runs(window)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=second)  # a double click's first press
+    qtbot.mouseDClick(view.viewport(), Qt.MouseButton.LeftButton, pos=second)
+    assert window.tabs.currentWidget() is window.dashboard
+    assert window.dashboard.run_ids[0] == window.runs_table.model.run_at(
+        window.runs_table.proxy.mapToSource(window.runs_table.proxy.index(1, 0)).row()).id
+    window.tabs.setCurrentIndex(1)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=first)
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    assert window.tabs.currentWidget() is window.dashboard
+
+
+def _menu_action(window, name):
+    from PySide6.QtGui import QAction
+
+    action = window.findChild(QAction, name)
+    assert action is not None, name
+    return action
+
+
+def _menus(window):
+    return [a.text().replace("&", "") for a in window.menuBar().actions()]
+
+
+def test_menus_file_view_sweeps_settings_help(window):
+    assert _menus(window) == ["File", "View", "Sweeps", "Settings", "Help"]
+    for name in ("menu_new_host", "menu_import_ssh", "menu_export", "menu_quit", "menu_shortcuts", "menu_docs",
+                 "menu_about"):
+        assert _menu_action(window, name).isEnabled()
+    _menu_action(window, "menu_view_compare").trigger()
+    assert window.tabs.currentWidget() is window.compare
+    _menu_action(window, "menu_view_runs").trigger()
+    assert window.tabs.currentIndex() == 1
+    _menu_action(window, "menu_view_dashboard").trigger()
+    assert window.tabs.currentWidget() is window.dashboard
+
+
+def test_about_names_the_versions_without_importing_torch(window, qtbot):
+    import platform
+    import subprocess
+    import sys
+    from importlib import metadata
+
+    import PySide6
+    from PySide6.QtWidgets import QMessageBox
+
+    import ddpgui
+
+    _menu_action(window, "menu_about").trigger()
+    box = window.findChild(QMessageBox, "about_box")
+    qtbot.waitUntil(box.isVisible)
+    text = box.text()
+    for version in (ddpgui.__version__, platform.python_version(), metadata.version("torch"), PySide6.__version__):
+        assert version in text
+    box.close()
+    code = ("import sys; import ddpgui.ui.menus as m; m.versions(); "
+            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_shortcuts_documentation_and_export(window, qtbot, monkeypatch):
+    from PySide6.QtGui import QDesktopServices
+    from PySide6.QtWidgets import QMessageBox
+
+    _menu_action(window, "menu_shortcuts").trigger()
+    box = window.findChild(QMessageBox, "shortcuts_box")
+    qtbot.waitUntil(box.isVisible)
+    assert "Ctrl+Return" in box.text() and "double-click" in box.text()
+    box.close()
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
+    _menu_action(window, "menu_docs").trigger()
+    assert len(opened) == 1 and opened[0].toLocalFile().endswith("README.md")
+    exported = []
+    monkeypatch.setattr(window, "run_action", lambda action, ids: exported.append((action, ids)))
+    _menu_action(window, "menu_export").trigger()
+    assert exported == [] and "Select the runs" in window.statusBar().currentMessage()
+    _view, (first, _second) = _two_runs(window)
+    qtbot.mouseClick(window.runs_table.view.viewport(), Qt.MouseButton.LeftButton, pos=first)
+    _menu_action(window, "menu_export").trigger()
+    assert exported == [("export", window.runs_table.selected_ids())] and exported[0][1]
+
+
+def test_new_host_and_import_and_quit(window, qtbot, monkeypatch):
+    calls = []
+    monkeypatch.setattr(window.hosts_panel, "add_host", lambda: calls.append("add"))
+    monkeypatch.setattr(window.hosts_panel, "import_ssh", lambda: calls.append("import"))
+    _menu_action(window, "menu_new_host").trigger()
+    _menu_action(window, "menu_import_ssh").trigger()
+    assert calls == ["add", "import"]
+    _menu_action(window, "menu_quit").trigger()
+    qtbot.waitUntil(lambda: not window.isVisible())

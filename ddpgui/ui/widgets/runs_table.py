@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
-from PySide6.QtGui import QAction, QColor
+from PySide6.QtGui import QAction, QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -166,7 +166,8 @@ class RunsFilter(QSortFilterProxyModel):
 class RunsTable(QWidget):
     """The table with its filter bar; actions are signals the main window carries out."""
 
-    run_selected = Signal(str)
+    run_selected = Signal(str)  # the current run changed (a click, the arrows): the tab stays as it is
+    run_opened = Signal(str)  # double-click or Enter on a run: open it on the dashboard
     runs_selected = Signal(list)  # the selected run ids, the current one first (the dashboard overlays them)
     action_requested = Signal(str, list)  # action name, run ids
 
@@ -192,6 +193,9 @@ class RunsTable(QWidget):
         self.view.customContextMenuRequested.connect(self._menu)
         self.view.selectionModel().currentRowChanged.connect(self._current)
         self.view.selectionModel().selectionChanged.connect(self._selection)
+        self.view.doubleClicked.connect(self._open)
+        for key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            QShortcut(QKeySequence(key), self.view, self._open, context=Qt.ShortcutContext.WidgetShortcut)
         self.find = QLineEdit(objectName="runs_find", placeholderText="Filter runs by name, tag, host… (Ctrl+F)",
                               clearButtonEnabled=True)
         self.state = QComboBox(objectName="runs_state")
@@ -227,6 +231,11 @@ class RunsTable(QWidget):
     def _current(self, current, _previous) -> None:
         if current.isValid():
             self.run_selected.emit(self.model.run_at(self.proxy.mapToSource(current).row()).id)
+
+    def _open(self, index=None) -> None:
+        index = index if index is not None and index.isValid() else self.view.currentIndex()
+        if index.isValid():
+            self.run_opened.emit(self.model.run_at(self.proxy.mapToSource(index).row()).id)
 
     def _selection(self, *_: object) -> None:
         ids = self.selected_ids()

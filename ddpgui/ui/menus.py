@@ -1,0 +1,119 @@
+"""The main window's menu bar: File, View, Sweeps, Settings, Help.
+
+Every dialog here is opened window-modal with ``open()`` (never ``exec()``) and returned, so that tests
+read and close it instead of blocking.  The About box reads torch's version from the installed package's
+metadata: torch is never imported by the app itself.
+"""
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from pathlib import Path
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QDesktopServices, QKeySequence
+from PySide6.QtWidgets import QMessageBox
+
+#: The shortcuts the Help menu lists (keys, what they do); the window's own actions use the same keys.
+SHORTCUTS = (
+    ("Ctrl+Return", "Launch the run in the launch form"),
+    ("Ctrl+Shift+Return", "New sweep from the launch form's settings"),
+    ("Ctrl+.", "Stop the run on the dashboard"),
+    ("F5", "Reload the runs and test the connection to the selected host"),
+    ("Ctrl+F", "Find in the log (Dashboard) or filter the runs (Runs)"),
+    ("Ctrl+1 / Ctrl+2 / Ctrl+3", "Show the Dashboard, Runs or Compare tab"),
+    ("Enter, double-click", "Open the selected run on the dashboard (a click only selects)"),
+    ("Ctrl+click, Shift+click", "Select several runs (overlaid on the dashboard) or several hosts (one run "
+                                "across hosts)"),
+    ("Ctrl+Q", "Quit (runs go on; the app reattaches when it starts again)"),
+)
+
+
+def package_version(name: str) -> str:
+    """The installed version of a distribution, or "not installed" (never imports it)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def versions() -> dict[str, str]:
+    import PySide6
+
+    import ddpgui
+
+    return {"ddpgui": ddpgui.__version__, "Python": platform.python_version(), "torch": package_version("torch"),
+            "PySide6": PySide6.__version__}
+
+
+def documentation_url() -> QUrl | None:
+    """The README next to the package (a source checkout), else a web page the installed package names."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    if readme.is_file():
+        return QUrl.fromLocalFile(str(readme))
+    try:
+        meta = metadata.metadata("ddpgui")
+    except metadata.PackageNotFoundError:
+        return None
+    urls = [u.split(",", 1)[-1].strip() for u in meta.get_all("Project-URL") or []] + [meta.get("Home-page") or ""]
+    return next((QUrl(u) for u in urls if u.startswith("http")), None)
+
+
+def open_documentation(window) -> None:
+    url = documentation_url()
+    if url is None:
+        window.statusBar().showMessage("No documentation found with this installation: see the README of the "
+                                       "ddpgui source", 10000)
+    else:
+        QDesktopServices.openUrl(url)
+
+
+def build_menus(window) -> None:
+    bar = window.menuBar()
+    file_menu = bar.addMenu("&File")
+    file_menu.addAction("New host…", lambda: window.hosts_panel.add_host()).setObjectName("menu_new_host")
+    file_menu.addAction("Import hosts from ~/.ssh/config…", lambda: window.hosts_panel.import_ssh()).setObjectName(
+        "menu_import_ssh")
+    file_menu.addAction("Export selected runs as CSV…", lambda: export_selected(window)).setObjectName("menu_export")
+    file_menu.addSeparator()
+    file_menu.addAction("Quit", QKeySequence("Ctrl+Q"), window.close).setObjectName("menu_quit")
+    view_menu = bar.addMenu("&View")
+    for index in range(window.tabs.count()):
+        action = view_menu.addAction(window.tabs.tabText(index), QKeySequence(f"Ctrl+{index + 1}"),
+                                     lambda i=index: window.tabs.setCurrentIndex(i))
+        action.setObjectName(f"menu_view_{window.tabs.tabText(index).lower()}")
+    sweep_menu = bar.addMenu("S&weeps")
+    sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), window.new_sweep)
+    settings_menu = bar.addMenu("&Settings")
+    settings_menu.addAction("Idle host reminder…", window.set_idle_minutes)
+    help_menu = bar.addMenu("&Help")
+    help_menu.addAction("Keyboard shortcuts", lambda: shortcuts_box(window)).setObjectName("menu_shortcuts")
+    help_menu.addAction("Documentation", lambda: open_documentation(window)).setObjectName(
+        "menu_docs")
+    help_menu.addAction("About ddpgui", lambda: about_box(window)).setObjectName("menu_about")
+
+
+def export_selected(window) -> None:
+    ids = window.runs_table.selected_ids()
+    if ids:
+        window.run_action("export", ids)
+    else:
+        window.statusBar().showMessage("Select the runs to export in the Runs tab first", 8000)
+
+
+def _box(window, title: str, text: str, name: str) -> QMessageBox:
+    box = QMessageBox(QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Close, window)
+    box.setObjectName(name)
+    box.open()
+    return box
+
+
+def shortcuts_box(window) -> QMessageBox:
+    rows = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for keys, what in SHORTCUTS)
+    return _box(window, "Keyboard shortcuts", f"<table>{rows}</table>", "shortcuts_box")
+
+
+def about_box(window) -> QMessageBox:
+    lines = "<br>".join(f"{name} {version}" for name, version in versions().items())
+    return _box(window, "About ddpgui", "<b>ddpgui</b>: launch, watch and compare PyTorch DDP runs on this "
+                f"computer, SSH hosts and Slurm clusters.<br><br>{lines}", "about_box")
