@@ -138,3 +138,23 @@ def test_new_host_and_import_and_quit(window, qtbot, monkeypatch):
     assert calls == ["add", "import"]
     _menu_action(window, "menu_quit").trigger()
     qtbot.waitUntil(lambda: not window.isVisible())
+
+
+def test_every_launch_setting_has_a_tooltip(window):
+    from PySide6.QtWidgets import (
+        QAbstractButton,
+        QAbstractSpinBox,
+        QComboBox,
+        QGroupBox,
+        QLineEdit,
+        QPlainTextEdit,
+    )
+
+    panel = window.launch_panel
+    kinds = (QComboBox, QAbstractSpinBox, QLineEdit, QPlainTextEdit, QAbstractButton)
+    inputs = [w for kind in kinds for w in panel.findChildren(kind)
+              if not isinstance(w.parent(), (QAbstractSpinBox, QComboBox))]
+    inputs += [g for g in panel.findChildren(QGroupBox) if g.isCheckable()]
+    assert len(inputs) >= 20
+    missing = [w.objectName() or type(w).__name__ for w in inputs if not w.toolTip().strip()]
+    assert missing == []

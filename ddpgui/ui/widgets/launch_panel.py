@@ -44,6 +44,7 @@ from remote_runner.config import (
 )
 from remote_runner.probe import precision_problems as probe_precision_problems
 
+from .launch_tips import apply_tips
 from .slurm_view import (
     MAX_NODES_UNKNOWN,
     ElidedLabel,
@@ -206,6 +207,7 @@ class LaunchPanel(QWidget):
                        self.warmup.valueChanged, self.env.textChanged, self.optimizer.currentTextChanged):
             signal.connect(self.validate)
         self._progress.connect(self.show_progress, Qt.ConnectionType.QueuedConnection)
+        apply_tips(self)
         self.set_host("local", None)
 
     # ---- host ------------------------------------------------------------------------------
