@@ -7,7 +7,9 @@ read the same object.
 """
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +20,8 @@ from remote_runner.spools import EVENTS, FINAL_EVENTS, METRICS, TELEMETRY
 LOW_UTIL_PCT = 60.0
 #: GPU samples (all GPUs together) needed after warm-up before saying so.
 LOW_UTIL_MIN_SAMPLES = 20
+#: The header's throughput is the mean over the intervals that ended in the last this many seconds.
+RATE_WINDOW_S = 10.0
 
 
 @dataclass
@@ -46,6 +50,10 @@ class LiveRun:
     warm: bool = False  # a training step past warm-up has been recorded
     util_sum: float = 0.0  # GPU utilization samples after warm-up, for the input-pipeline hint
     util_n: int = 0
+    compile_started_t: float | None = None  # host time of compile_start; None once compile_end came
+    #: Recent training intervals' ends: (host t, step, global batch or None, samples/s or None), past warm-up
+    #: (the last warm-up record kept as the start of the first steady interval).
+    recent: deque = field(default_factory=lambda: deque(maxlen=4096))
 
     def add_metric(self, rec: dict) -> None:
         self.step = rec.get("step", self.step)
@@ -57,10 +65,22 @@ class LiveRun:
         for key in ("loss", "samples_per_s", "tokens_per_s", "mem_peak_gib"):
             if rec.get(key) is not None:
                 setattr(self, key, rec[key])
+        if rec.get("phase") != "inference" and rec.get("t") is not None and rec.get("step") is not None:
+            self.add_interval(rec["t"], rec["step"], rec.get("global_batch"), rec.get("samples_per_s"),
+                              bool(rec.get("warmup")))
         if not rec.get("warmup") and rec.get("phase") != "inference":
             self.warm = True
             if rec.get("samples_per_s") is not None:
                 self.steady.append(rec["samples_per_s"])
+
+    def add_interval(self, t: float, step: int, global_batch: float | None, samples_per_s: float | None,
+                     warmup: bool) -> None:
+        """One training record's end into the throughput window (a warm-up interval only starts the next one)."""
+        if warmup:
+            self.recent.clear()
+        self.recent.append((t, step, global_batch, samples_per_s))
+        while len(self.recent) > 2 and self.recent[1][0] <= t - RATE_WINDOW_S:
+            self.recent.popleft()
 
     def add_telemetry(self, rec: dict) -> None:
         if rec.get("kind") == "cpu":
@@ -79,8 +99,11 @@ class LiveRun:
             self.started_t = rec.get("t")
         elif event == "train_start":
             self.state = "running"
+        elif event == "compile_start":
+            self.compile_started_t = rec.get("t") or time.time()
         elif event == "compile_end":
             self.compile_s = rec.get("duration_s")
+            self.compile_started_t = None
         elif event == "summary":
             self.summary = rec
         elif event in ("inference_summary", "inference_unsupported"):
@@ -115,6 +138,35 @@ class LiveRun:
         if self.first_metric and self.last_t and self.last_t > self.first_metric[0]:
             return (self.step - self.first_metric[1]) / (self.last_t - self.first_metric[0])
         return None
+
+    @property
+    def window_rates(self) -> tuple[float | None, float | None]:
+        """(steps/s, samples/s) over the training intervals that ended in the last RATE_WINDOW_S seconds, warm-up
+        excluded: samples/s is global batch × steps/s when the records give the batch (else the time-weighted mean
+        of their samples/s), so the two always agree; (None, None) until two records span some time."""
+        if len(self.recent) < 2:
+            return None, None
+        (t0, step0, _, _), (t1, step1, batch, _) = self.recent[0], self.recent[-1]
+        if t1 <= t0:
+            return None, None
+        steps_per_s = (step1 - step0) / (t1 - t0)
+        if batch:
+            return steps_per_s, steps_per_s * batch
+        points = list(self.recent)
+        weighted = [(b[0] - a[0], b[3]) for a, b in zip(points, points[1:]) if b[3] is not None and b[0] > a[0]]
+        seconds = sum(dt for dt, _ in weighted)
+        return steps_per_s, (sum(dt * r for dt, r in weighted) / seconds if seconds else None)
+
+    @property
+    def compiling(self) -> bool:
+        """torch.compile is working (compile_start seen, compile_end not yet, the run not ended)."""
+        return self.compile_started_t is not None and self.state not in FINAL_EVENTS
+
+    def compile_elapsed_s(self, now: float | None = None) -> float | None:
+        """Seconds since compile started (by the host's clock), while compiling."""
+        if not self.compiling:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.compile_started_t)
 
     @property
     def fraction(self) -> float | None:
@@ -256,6 +308,20 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+def format_number(value: float | None, digits: int = 3, missing: str = "–") -> str:
+    """``value`` to ``digits`` significant digits: 0.137, 2.35, 123, 1.23e-04, 5.00e-05, 1.23e+05 (never 0.0000)."""
+    if value is None:
+        return missing
+    if not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(float(f"{abs(value):.{digits - 1}e}")))  # of the rounded value: 9.999 → 10.0
+    if -3 <= exponent < max(digits, 4):
+        return f"{value:.{max(0, digits - 1 - exponent)}f}"
+    return f"{value:.{digits - 1}e}"
+
+
 def format_rate(value: float | None, unit: str) -> str:
     if value is None:
         return f"- {unit}"
@@ -264,6 +330,36 @@ def format_rate(value: float | None, unit: str) -> str:
     if value >= 1e4:
         return f"{value / 1e3:.1f}k {unit}"
     return f"{value:.1f} {unit}"
+
+
+def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | None = None) -> str:
+    """The dashboard header's numbers: ``step 120/1500 · loss 0.137 · elapsed 00:47 · ETA 01:12 · 41.2 steps/s ·
+    330 samples/s · …``; while torch.compile works ``compiling · 00:12`` instead of step, loss and ETA.
+
+    Live throughput is the mean over the last RATE_WINDOW_S seconds (samples/s = global batch × steps/s); an
+    ended run's the runner's steady mean."""
+    sep = "   ·   "
+    if active and live.compiling:
+        return sep.join([f"compiling · {format_duration(live.compile_elapsed_s(now))}",
+                         f"elapsed {format_duration(live.elapsed_s)}"])
+    total = f"/{live.total_steps}" if live.total_steps else ""
+    parts = [f"step {live.step}{total}", f"loss {format_number(live.loss)}",
+             f"elapsed {format_duration(live.elapsed_s)}"]
+    if live.length_known:  # a script's length is unknown unless given: no ETA from a made-up total
+        parts.append(f"ETA {format_duration(live.eta_s) if active else '–'}")
+    window_steps, window_samples = live.window_rates if active else (None, None)
+    steps_per_s = window_steps if window_steps is not None else live.steps_per_s
+    parts.append(f"{format_number(steps_per_s)} steps/s" if steps_per_s else "– steps/s")
+    rate = window_samples if window_samples is not None else (live.steady_samples_per_s or live.samples_per_s)
+    if rate is not None or not script:
+        parts.append(format_rate(rate, "samples/s"))
+    if live.compile_s is not None:
+        parts.append(f"compile {live.compile_s:.1f} s")
+    if live.mem_peak_gib:
+        parts.append(f"peak mem {live.mem_peak_gib:.2f} GiB")
+    if live.mean_gpu_util is not None:
+        parts.append(f"GPU {live.mean_gpu_util:.0f}% avg")
+    return sep.join(parts)
 
 
 def progress_bar(fraction: float | None, width: int = 20) -> str:
@@ -278,7 +374,7 @@ def progress_line(live: LiveRun, width: int = 20) -> str:
     """One line: bar, step/total, loss, throughput, device use, ETA (without a known length: steps and rate)."""
     bar = progress_bar(live.fraction, width)
     total = f"/{live.total_steps}" if live.total_steps else ""
-    loss = f"{live.loss:.4f}" if live.loss is not None else "-"
+    loss = format_number(live.loss, missing="-")
     if live.samples_per_s is None and live.steps_per_s is not None:  # a script that prints no throughput
         rate = format_rate(live.steps_per_s, "steps/s")
     else:

@@ -7,8 +7,11 @@ curve however many points a run has, and the data is never sampled.
 """
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
@@ -33,18 +36,77 @@ def _opaque_grid(item: pg.PlotItem) -> None:
     item.showGrid(x=True, y=True, alpha=1.0)
 
 
+#: Wall-clock tick spacings (seconds): whole seconds, never "22.500 23.000".
+CLOCK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+class ClockAxis(pg.DateAxisItem):
+    """Wall-clock x axis: ticks on whole seconds, read HH:MM:SS (with the date when ticks are a day apart)."""
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802 (pyqtgraph's name)
+        span = max(maxVal - minVal, 1e-9)
+        want = span / max(2.0, size / 90.0)  # about one label per 90 px
+        major = next((s for s in CLOCK_STEPS if s >= want), CLOCK_STEPS[-1] * math.ceil(want / CLOCK_STEPS[-1]))
+        minor = next((s for s in reversed(CLOCK_STEPS) if s <= major / 4), None)
+        return [(major, 0)] + ([(minor, 0)] if minor else [])
+
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802
+        return pg.AxisItem.tickValues(self, minVal, maxVal, size)
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802
+        fmt = "%m-%d %H:%M" if spacing >= 86400 else "%H:%M:%S"
+        return [time.strftime(fmt, time.localtime(v)) for v in values]
+
+
+class NumberAxis(pg.AxisItem):
+    """Ticks as integers when they are whole, and log ticks all as 10ᵏ (never "0.0001" beside "10⁻⁵")."""
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802
+        if not self.logMode and values and all(float(v * scale).is_integer() and abs(v * scale) < 1e7
+                                               for v in values):
+            return [str(int(v * scale)) for v in values]
+        return super().tickStrings(values, scale, spacing)
+
+    def logTickStrings(self, values, scale, spacing):  # noqa: N802
+        out = []
+        for v in np.asarray(values, dtype=float) + math.log10(scale or 1.0):
+            k = round(v)
+            out.append(f"10{str(k).translate(SUPERSCRIPT)}" if abs(v - k) < 1e-6 else "")
+        return out
+
+
+class OutsideLegend(pg.LegendItem):
+    """A legend in the plot's layout below the axes, in columns: never on top of a curve."""
+
+    COLUMNS = 4
+
+    def __init__(self):
+        super().__init__(offset=None, colCount=self.COLUMNS, verSpacing=-4)
+
+    def updateSize(self):  # noqa: N802
+        super().updateSize()  # the layout's extent
+        width, height = self.width(), self.height()
+        self.setMinimumHeight(height)
+        self.setMaximumHeight(height)
+        self.setPreferredWidth(width)
+        self.setVisible(bool(self.items))
+
+
 class LivePlot(pg.PlotWidget):
     """Curves bound to buffers; :meth:`redraw` pushes the buffers that changed, or all after a pan/zoom."""
 
     def __init__(self, title: str = "", y_label: str = "", x_label: str = "step", parent=None):
-        super().__init__(parent=parent)
+        super().__init__(parent=parent, axisItems={"left": NumberAxis("left"), "bottom": NumberAxis("bottom")})
         self.setObjectName(f"plot:{title}")
         item = self.getPlotItem()
         item.setTitle(title)
         item.setLabel("left", y_label)
         item.setLabel("bottom", x_label)
         _opaque_grid(item)
-        self.legend = item.addLegend(offset=(-10, 10))
+        self.legend = OutsideLegend()  # below the axes, outside the data area
+        item.layout.addItem(self.legend, 4, 1)
+        item.legend = self.legend  # named curves register with it
         self.curves: dict[str, tuple[pg.PlotDataItem, SeriesBuffer]] = {}
         self._dirty: set[str] = set()
         self._drawn: dict[str, tuple[int, int] | None] = {}  # what a curve holds when it holds raw points
@@ -99,10 +161,14 @@ class LivePlot(pg.PlotWidget):
         item = self.getPlotItem()
         if on != self._wall_clock:
             self._wall_clock = on
-            item.setAxisItems({"bottom": pg.DateAxisItem(orientation="bottom") if on else
-                               pg.AxisItem(orientation="bottom")})
+            item.setAxisItems({"bottom": ClockAxis(orientation="bottom") if on else NumberAxis("bottom")})
             _opaque_grid(item)
         item.setLabel("bottom", x_label)
+
+    def reset_view(self) -> None:
+        """Forget the previous curves' range (a new run: no old axes while it has no points yet)."""
+        self.getPlotItem().getViewBox().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+        self.hide_readout()
 
     # ---- drawing ---------------------------------------------------------------------------
     def _on_view_moved(self, *_: object) -> None:
@@ -187,10 +253,24 @@ class LivePlot(pg.PlotWidget):
             self.export_image(path)
 
     # ---- crosshair -------------------------------------------------------------------------
+    def hide_readout(self) -> None:
+        self._vline.setVisible(False)
+        self._readout.setVisible(False)
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802
+        self._inside = True
+        super().mouseMoveEvent(event)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802
+        """The readout goes with the mouse (a move the rate limit still holds back cannot bring it back)."""
+        self._inside = False
+        self.hide_readout()
+        super().leaveEvent(event)
+
     def _on_mouse(self, event) -> None:
         pos = event[0]
         item = self.getPlotItem()
-        if not item.sceneBoundingRect().contains(pos) or not self.curves:
+        if not getattr(self, "_inside", True) or not item.vb.sceneBoundingRect().contains(pos) or not self.curves:
             self._vline.setVisible(False)
             self._readout.setVisible(False)
             return

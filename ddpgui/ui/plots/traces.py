@@ -40,10 +40,11 @@ class RunTrace:
         self.t0: float | None = None
         self.loaded = False
         self.pending: list[RunUpdate] = []
+        self.alpha = alpha  # one smoothing for every series
         self.loss = SmoothedBuffer(alpha=alpha)
         self.loss_step_t = SeriesBuffer()  # x: step, y: host time of each loss point
-        self.throughput = SeriesBuffer()
-        self.device: dict[tuple[str, int, int], SeriesBuffer] = {}  # (metric, gpu or -1 for CPU, node)
+        self.throughput = SmoothedBuffer(alpha=alpha)
+        self.device: dict[tuple[str, int, int], SmoothedBuffer] = {}  # (metric, gpu or -1 for CPU, node)
         self.gpu_names: dict[tuple[int, int], str] = {}  # (node, gpu) → name
         self.nodes: list[NodeState] = []  # a multi-node run's nodes (empty for one node)
         self.nodes_asked = 0  # node-state reads asked for, so only the newest one is shown
@@ -51,6 +52,12 @@ class RunTrace:
         self.log_node = 0  # whose log tail is shown
         self.logs_loading = False  # its stored tail is being read: live lines are in it
         self.logs: list[str] = []
+
+    def set_alpha(self, alpha: float) -> None:
+        """The smoothing of every series (loss, throughput, device)."""
+        self.alpha = alpha
+        for buffer in (self.loss, self.throughput, *self.device.values()):
+            buffer.set_alpha(alpha)
 
     @property
     def multinode(self) -> bool:
@@ -102,6 +109,7 @@ class RunTrace:
                 [v is False or v == 0 for v in warmup[train].tolist()], dtype=bool)
             if past.any():
                 self.live.warm, warm_t = True, float(t[past][0])
+            self._recent_rates(metrics, train)
         for event in data.events:
             self.live.add_event(event)
         self.live.state, self.live.message, self.live.hint = run.state, run.message, run.hint
@@ -110,6 +118,21 @@ class RunTrace:
                 self._load_telemetry(columns, x_axis, warm_t, node)
         self.set_logs(data.logs)
         self.loaded = True
+
+    def _recent_rates(self, metrics: dict[str, np.ndarray], train: np.ndarray) -> None:
+        """The header's windowed throughput of a run re-selected while live: its last stored records, replayed."""
+        warm_up = metrics.get("warmup")
+
+        def value(key: str, i: int) -> float | None:
+            column = metrics.get(key)
+            ok = column is not None and column.dtype == np.float64 and column[i] == column[i]
+            return float(column[i]) if ok else None
+
+        for i in np.flatnonzero(train)[-256:].tolist():
+            flag = warm_up[i] if warm_up is not None else False
+            warm = flag is not None and flag == flag and bool(flag)  # None or NaN: not recorded, not warm-up
+            self.live.add_interval(float(metrics["t"][i]), int(metrics["step"][i]), value("global_batch", i),
+                                   value("samples_per_s", i), warm)
 
     def set_logs(self, logs: dict[str, bytes]) -> None:
         self.logs = [logs[s].decode("utf-8", "replace").rstrip("\n") for s in LOG_SPOOLS if logs.get(s)]
@@ -141,7 +164,8 @@ class RunTrace:
                     continue
                 keep = rows & ~np.isnan(values)
                 if keep.any():
-                    self.device.setdefault((metric, gpu, node), SeriesBuffer()).extend(t[keep], values[keep])
+                    self.device.setdefault((metric, gpu, node), SmoothedBuffer(alpha=self.alpha)).extend(
+                        t[keep], values[keep])
 
     def add_records(self, spool: str, records: list[dict], x_axis: str, node: int = 0) -> tuple[bool, bool, bool]:
         """Live records (of ``node``) into the buffers; returns (metrics changed, device changed, new device curve)."""
@@ -181,7 +205,7 @@ class RunTrace:
                 continue
             key = (metric, gpu, node)
             if key not in self.device:
-                self.device[key] = SeriesBuffer()
+                self.device[key] = SmoothedBuffer(alpha=self.alpha)
                 new = True
             self.device[key].append(t, value)
         return new

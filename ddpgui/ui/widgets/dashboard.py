@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core.runs.live import LiveRun, format_duration, format_rate
+from ddpgui.core.runs.live import LiveRun, stats_line
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.runs.nodes import NodeState, node_line, node_states
 from ddpgui.core.runs.traces import TraceData, load_logs, load_trace
@@ -38,6 +38,7 @@ from remote_runner.status import FINAL_STATES
 
 from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
+from .dashboard_header import ElidedLabel, never_widening
 from .slurm_view import queued_text, slurm_node_line, slurm_of
 
 #: Redraw period: at most 20 Hz whatever the data rate.
@@ -62,17 +63,18 @@ class Dashboard(QWidget):
         self.x_axis = "step"
         self._header_dirty = True
 
-        self.title = QLabel("No run selected", objectName="run_title")
+        # nothing in the header may widen the window: one-line labels elide (full text as tooltip), others wrap
+        self.title = ElidedLabel("No run selected", objectName="run_title")
         self.state = QLabel(objectName="run_state")
-        self.stats = QLabel(objectName="run_stats")
-        self.error = QLabel(objectName="run_error", wordWrap=True, visible=False)
-        self.nodes = QLabel(objectName="run_nodes", wordWrap=True, visible=False)
-        self.advice = QLabel(objectName="run_advice", wordWrap=True, visible=False)
+        self.stats = ElidedLabel(objectName="run_stats")
+        self.error = never_widening(QLabel(objectName="run_error", wordWrap=True, visible=False))
+        self.nodes = never_widening(QLabel(objectName="run_nodes", wordWrap=True, visible=False))
+        self.advice = never_widening(QLabel(objectName="run_advice", wordWrap=True, visible=False))
         self.stop_button = QPushButton("Stop", objectName="stop_button", toolTip="Stop the run (Ctrl+.)",
                                        enabled=False)
         self.stop_button.clicked.connect(lambda: self.run_id and self.stop_requested.emit(self.run_id))
         self.smoothing = QSlider(Qt.Orientation.Horizontal, objectName="ema_slider", minimum=0, maximum=99, value=60,
-                                 toolTip="EMA smoothing of the loss (the raw curve stays faint behind)")
+                                 toolTip="EMA smoothing of every curve (loss, throughput, device; raw stays faint behind)")
         self.smoothing.setMaximumWidth(140)
         self.smoothing.valueChanged.connect(self._set_smoothing)
         self.log_y = QCheckBox("log y", objectName="log_y")
@@ -182,7 +184,7 @@ class Dashboard(QWidget):
         if primary and primary.loaded:
             self._show_logs(primary)
         self._fill_log_nodes()
-        self._rebuild_curves()
+        self._rebuild_curves(reset_view=bool(new))
         self._header_dirty = True
         for trace in new:
             self._load(trace)
@@ -301,17 +303,21 @@ class Dashboard(QWidget):
     def _label(self, trace: RunTrace, text: str) -> str:
         return f"{trace.name} {text}".strip() if len(self.traces) > 1 else text
 
-    def _rebuild_curves(self) -> None:
+    def _rebuild_curves(self, reset_view: bool = False) -> None:
+        """Curves for the runs shown; ``reset_view``: a run was added, so no axis keeps the previous runs' range."""
         self.loss_plot.remove_curves()
         self.rate_plot.remove_curves()
         for trace in self.traces.values():
             self.loss_plot.add_curve(f"{trace.run_id}:raw", trace.loss, None, trace.color, alpha=70)
             self.loss_plot.add_curve(f"{trace.run_id}:ema", trace.loss.smooth,
                                      trace.name if len(self.traces) > 1 else "loss (EMA)", trace.color)
-            self.rate_plot.add_curve(f"{trace.run_id}:rate", trace.throughput, self._label(trace, "samples/s"),
+            self.rate_plot.add_curve(f"{trace.run_id}:rate:raw", trace.throughput, None, trace.color, alpha=70)
+            self.rate_plot.add_curve(f"{trace.run_id}:rate", trace.throughput.smooth, self._label(trace, "samples/s"),
                                      trace.color)
         self._fill_metric_choices()
         for plot in self.plots:
+            if reset_view:
+                plot.reset_view()
             plot.enableAutoRange()
 
     def _fill_metric_choices(self) -> None:
@@ -344,7 +350,7 @@ class Dashboard(QWidget):
                     name = trace.gpu_names.get((node, gpu), trace.gpu_names.get((0, gpu), ""))
                     text = self._label(trace, f"{who(node)}GPU {gpu} {name}".strip())
                     # one colour per run when overlaid (GPUs by line style), one per GPU otherwise
-                    self.device_plot.add_curve(f"{key(node)}gpu{gpu}", trace.device[metric, gpu, node], text,
+                    self.device_plot.add_curve(f"{key(node)}gpu{gpu}", trace.device[metric, gpu, node].smooth, text,
                                                trace.color if many else PALETTE[i % len(PALETTE)],
                                                style=styles[i % len(styles)] if many else Qt.PenStyle.SolidLine)
             else:
@@ -353,7 +359,7 @@ class Dashboard(QWidget):
                     for i, (metric, text) in enumerate(CPU_METRICS.items()):
                         if (metric, -1, node) in trace.device:
                             color = trace.color if many else PALETTE[(i + 1 + 2 * node) % len(PALETTE)]
-                            self.device_plot.add_curve(f"{key(node)}{metric}", trace.device[metric, -1, node],
+                            self.device_plot.add_curve(f"{key(node)}{metric}", trace.device[metric, -1, node].smooth,
                                                        self._label(trace, f"{who(node)}{text}"), color,
                                                        style=styles[i])
 
@@ -375,9 +381,11 @@ class Dashboard(QWidget):
             plot.enableAutoRange()
 
     def _set_smoothing(self, value: int) -> None:
+        """One control for every series: loss, throughput and each device curve."""
         for trace in self.traces.values():
-            trace.loss.set_alpha(alpha_of(value))
-        self.loss_plot.mark_dirty()
+            trace.set_alpha(alpha_of(value))
+        for plot in self.plots:
+            plot.mark_dirty()
 
     # ---- live updates ----------------------------------------------------------------------
     def on_update(self, update: RunUpdate) -> None:
@@ -398,6 +406,7 @@ class Dashboard(QWidget):
                 self.loss_plot.mark_dirty(f"{trace.run_id}:raw")
                 self.loss_plot.mark_dirty(f"{trace.run_id}:ema")
                 self.rate_plot.mark_dirty(f"{trace.run_id}:rate")
+                self.rate_plot.mark_dirty(f"{trace.run_id}:rate:raw")
             if new_curve:
                 self._fill_metric_choices()
             elif device:
@@ -455,24 +464,9 @@ class Dashboard(QWidget):
         primary = self.traces[self.run_id]
         more = len(self.traces) - 1
         self.title.setText(primary.name + (f"  (+{more} overlaid)" if more else ""))
-        steps_per_s = live.steps_per_s
-        total = f"/{live.total_steps}" if live.total_steps else ""
-        loss = f"{live.loss:.4f}" if live.loss is not None else "–"
-        parts = [f"step {live.step}{total}", f"loss {loss}", f"elapsed {format_duration(live.elapsed_s)}"]
-        if live.length_known:  # a script's length is unknown unless given: no ETA from a made-up total
-            parts.append(f"ETA {format_duration(live.eta_s) if active else '–'}")
-        parts.append(f"{steps_per_s:.2f} steps/s" if steps_per_s else "– steps/s")
-        rate = live.steady_samples_per_s or live.samples_per_s
-        if rate is not None or not primary.script:
-            parts.append(format_rate(rate, "samples/s"))
-        if live.compile_s is not None:
-            parts.append(f"compile {live.compile_s:.1f} s")
-        if live.mem_peak_gib:
-            parts.append(f"peak mem {live.mem_peak_gib:.2f} GiB")
-        if live.mean_gpu_util is not None:
-            parts.append(f"GPU {live.mean_gpu_util:.0f}% avg")
         slurm = self.slurm.get(self.run_id)
-        self.stats.setText(queued_text(live.message) if live.state == "queued" else "   ·   ".join(parts))
+        self.stats.setText(queued_text(live.message) if live.state == "queued"
+                           else stats_line(live, active, primary.script))
         self.nodes.setVisible(primary.multinode or slurm is not None)
         if slurm is not None:  # each node's state, by its Slurm name once the job has placed it
             self.nodes.setText(slurm_node_line(live.state, primary.nodes, slurm))

@@ -1,0 +1,56 @@
+"""The dashboard header's one-line labels: long text is elided to the width there is, never widening the window.
+
+:class:`ElidedLabel` keeps its full text (``text()`` and the tooltip hold it) and paints as much as fits with
+"…"; its size hints ask for no width, so however long the header gets, the layout (and the window) keeps its size.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStyleOption
+
+#: Width an elided label asks for: enough for a few characters and "…".
+MIN_WIDTH = 40
+
+
+class ElidedLabel(QLabel):
+    """A one-line plain-text label elided at the right; the full text is its tooltip when it does not fit."""
+
+    def __init__(self, text: str = "", parent=None, **kwargs):
+        super().__init__(text, parent, **kwargs)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        if text != self.text():
+            super().setText(text)
+        self.setToolTip(text)
+
+    def elided(self) -> str:
+        """The text as painted now."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(MIN_WIDTH, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(MIN_WIDTH, super().sizeHint().height())
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        option = QStyleOption()
+        option.initFrom(self)
+        self.style().drawItemText(painter, self.contentsRect(), int(self.alignment()) | int(Qt.AlignmentFlag.AlignVCenter),
+                                  option.palette, self.isEnabled(), self.elided(), self.foregroundRole())
+        painter.end()
+
+
+def never_widening(label: QLabel) -> QLabel:
+    """A word-wrapped label whose long words (paths, URLs) cannot widen the window: its width is what it is given."""
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, label.sizePolicy().verticalPolicy())
+    label.setMinimumWidth(MIN_WIDTH)
+    return label
+
+
+__all__ = ["ElidedLabel", "MIN_WIDTH", "never_widening"]
