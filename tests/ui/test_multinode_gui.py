@@ -166,7 +166,7 @@ def test_the_runs_table_shows_every_node_and_the_run_state(store):
     cell = lambda column: model.data(model.index(row, COLUMNS.index(column)))  # noqa: E731
     assert cell("Host") == "node-a + node-b"
     assert cell("State") == "failed"
-    assert cell("GPUs") == "4"
+    assert cell("Processes") == "4"
 
 
 def test_gpu_curves_are_named_by_node(qtbot, store):

@@ -50,6 +50,6 @@ def test_the_header_and_the_table_of_a_script_run(window, qtbot):
     qtbot.waitUntil(lambda: model.row_of(run_id) >= 0 and model.runs[model.row_of(run_id)].state == "finished",
                     timeout=20_000)
     cell = lambda column: model.data(model.index(model.row_of(run_id), COLUMNS.index(column)))  # noqa: E731
-    assert (cell("Workload"), cell("Step"), cell("GPUs")) == ("train.py", "8", "2")
+    assert (cell("Workload"), cell("Step"), cell("Processes")) == ("train.py", "8", "2 × CPU")
     assert cell("Compile") == "" and cell("Precision") == ""
     assert run.name == "train.py 2x" and run.total_steps is None

@@ -57,7 +57,7 @@ def test_a_queued_run_shows_its_reason_in_the_runs_table_and_can_be_filtered(qtb
     row = model.row_of("sl")
     cell = lambda column: model.data(model.index(row, COLUMNS.index(column)))  # noqa: E731
     assert cell("State") == "queued: Priority"
-    assert cell("Host") == "hpc (2 nodes)" and cell("GPUs") == "2"
+    assert cell("Host") == "hpc (2 nodes)" and cell("Processes") == "2"
     assert QUEUED in model.data(model.index(row, COLUMNS.index("State")), 3)  # ToolTipRole: the whole reason
     assert [table.state.itemText(i) for i in range(table.state.count())][:2] == ["all states", "queued"]
     table.state.setCurrentText("queued")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication
 
 
@@ -59,8 +60,6 @@ def test_double_click_or_enter_opens_the_dashboard(window, qtbot):
 
 
 def _menu_action(window, name):
-    from PySide6.QtGui import QAction
-
     action = window.findChild(QAction, name)
     assert action is not None, name
     return action
@@ -158,3 +157,38 @@ def test_every_launch_setting_has_a_tooltip(window):
     assert len(inputs) >= 20
     missing = [w.objectName() or type(w).__name__ for w in inputs if not w.toolTip().strip()]
     assert missing == []
+
+
+def _cells(model, run_id):
+    from ddpgui.ui.widgets.runs_table import COLUMNS
+
+    return {c: model.data(model.index(model.row_of(run_id), i)) for i, c in enumerate(COLUMNS)}
+
+
+def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
+    from ddpgui.core.store import RunStore
+    from ddpgui.ui.widgets.runs_table import RunsTable
+
+    store = RunStore(tmp_path / "runs.db")
+    cpu = {"hostname": "here", "gpu": None, "gpu_count": 0}
+    store.create_run("c", name="mlp 2x fp32", hosts=["local"], config={"nproc_per_node": 2}, environment=cpu,
+                     state="finished", created_at=1_700_000_000.0)
+    store.create_run("d", name="mlp 2x fp32", hosts=["local"], config={"nproc_per_node": 2}, environment=cpu,
+                     state="running", created_at=1_700_000_500.0)
+    store.create_run("g", name="gpu run", hosts=["box"], config={"nproc_per_node": 4, "device": "cuda"},
+                     environment={"gpu_count": 4}, state="running")
+    store.create_run("n", name="not placed", hosts=["box", "other"], config={"nproc_per_node": 2, "nnodes": 2},
+                     state="launching")
+    store.update_run("c", started_at=1_700_000_010.0, ended_at=1_700_000_100.0)
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    model = table.model
+    c, d, g, n = (_cells(model, r) for r in "cdgn")
+    assert model.headerData(5, Qt.Orientation.Horizontal) == "Processes"
+    assert (c["Processes"], g["Processes"], n["Processes"]) == ("2 × CPU", "4 × GPU", "4")
+    assert c["Host"] == "This computer" and g["Host"] == "box" and n["Host"] == "box + other"
+    assert c["Name"] == d["Name"] and c["Started"] and d["Started"] and c["Started"] != d["Started"]
+    stop = lambda ids: table.context_menu(ids).findChild(QAction, "run_stop")  # noqa: E731
+    assert not stop(["c"]).isEnabled()  # ended: nothing to stop
+    assert stop(["d"]).isEnabled() and stop(["c", "d"]).isEnabled()
+    store.close()

@@ -18,15 +18,41 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ddpgui.core.hosts.profiles import LOCAL, LOCAL_DISPLAY_NAME
 from ddpgui.core.runs.live import format_duration, format_rate
 from ddpgui.core.store import RunRecord, RunStore
+from remote_runner.status import FINAL_STATES
 
 from .slurm_view import host_cell, state_cell
 
-COLUMNS = ("Name", "Host", "Workload", "Compile", "Precision", "GPUs", "State", "Step", "Throughput", "Peak mem",
-           "Duration", "Cost")
+COLUMNS = ("Name", "Host", "Workload", "Compile", "Precision", "Processes", "State", "Step", "Throughput", "Peak mem",
+           "Duration", "Cost", "Started")
 STATE_COLORS = {"queued": "#8e6bbf", "running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
                 "failed": "#d93025", "stopped": "#f29900"}
+
+
+def uses_gpus(run: RunRecord) -> bool | None:
+    """Whether the run's processes drive GPUs (its device, else the GPUs its host had); None when unknown."""
+    cfg, env = run.config or {}, run.environment or {}
+    if cfg.get("device") in ("cuda", "xpu", "mps") or cfg.get("backend") == "nccl":
+        return True
+    if cfg.get("device") == "cpu" or cfg.get("backend") == "gloo":
+        return False
+    return None if env.get("gpu_count") is None else env["gpu_count"] > 0
+
+
+def processes_cell(run: RunRecord) -> str:
+    """``2 × GPU``, ``2 × CPU``, or just the count while it is unknown what the processes drive."""
+    cfg = run.config or {}
+    n = int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
+    gpus = uses_gpus(run)
+    return str(n) if gpus is None else f"{n} × {'GPU' if gpus else 'CPU'}"
+
+
+def started_cell(run: RunRecord) -> str:
+    """When the run started (created, before it starts): tells apart two runs of the same name."""
+    when = run.started_at or run.created_at
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if when else ""
 
 
 def _duration(run: RunRecord) -> float | None:
@@ -90,16 +116,19 @@ class RunsModel(QAbstractTableModel):
         if column == "Name":
             return run.name or run.id, (run.name or run.id).lower()
         if column == "Host":
-            return host_cell(run), host_cell(run)  # a multi-node run's nodes (node 0 first), or a cluster's job
+            text = host_cell(run)  # a multi-node run's nodes (node 0 first), or a cluster's job
+            text = " + ".join(LOCAL_DISPLAY_NAME if h == LOCAL else h for h in text.split(" + "))
+            return text, text.lower()
         if column == "Workload":
             what = cfg.get("workload", "") if cfg.get("mode") != "script" else (cfg.get("script") or {}).get("entry", "script")
             return what, what
         if column in ("Compile", "Precision"):  # a script's own business: the config's defaults would mislead
             value = "" if cfg.get("mode") == "script" else cfg.get(column.lower(), "")
             return value, value
-        if column == "GPUs":
-            n = int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
-            return str(n), n
+        if column == "Processes":
+            return processes_cell(run), int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
+        if column == "Started":
+            return started_cell(run), run.started_at or run.created_at or 0.0
         if column == "State":  # a queued Slurm job: with its reason (the whole message is the tooltip)
             return state_cell(run), run.state
         if column == "Step":
@@ -249,14 +278,21 @@ class RunsTable(QWidget):
             self.runs_selected.emit(ids)
 
     def _menu(self, pos) -> None:
-        ids = self.selected_ids()
+        menu = self.context_menu(self.selected_ids())
+        if menu is not None:
+            menu.popup(self.view.viewport().mapToGlobal(pos))
+
+    def context_menu(self, ids: list[str]) -> QMenu | None:
+        """The actions on the runs ``ids``: Stop only while one of them has not ended."""
         if not ids:
-            return
+            return None
+        ended = all(self.model.runs[self.model.row_of(i)].state in FINAL_STATES for i in ids if self.model.row_of(i) >= 0)
         menu = QMenu(self)
         for key, text in self.ACTIONS:
             action = QAction(text, menu)
             action.triggered.connect(lambda _=False, k=key: self.action_requested.emit(k, ids))
-            if key in ("rerun", "duplicate", "logs") and len(ids) != 1:
+            action.setObjectName(f"run_{key}")
+            if (key in ("rerun", "duplicate", "logs") and len(ids) != 1) or (key == "stop" and ended):
                 action.setEnabled(False)
             menu.addAction(action)
-        menu.popup(self.view.viewport().mapToGlobal(pos))
+        return menu
