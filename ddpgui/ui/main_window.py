@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ddpgui.core.errors import describe
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager, RunUpdate
 from ddpgui.core.runs.workers import launch_on_nodes, launch_run, probe_host
@@ -32,6 +33,7 @@ from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.sweep import SweepDialog
 from .menus import build_menus
 from .prompts import Prompts
+from .texts import without_class_name
 from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
 from .widgets.hosts_panel import HostsPanel
@@ -210,7 +212,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"{name}: reachable" + (f" — {problems[0]}" if problems else ""), 8000)
 
         def failed(exc: Exception) -> None:
-            self.hosts_panel.set_status(name, "error", f"{type(exc).__name__}: {exc}")
+            message, hint = describe(exc)  # in words: no exception class name
+            self.hosts_panel.set_status(name, "error", without_class_name(message) + (f"\nHint: {hint}" if hint else ""))
             if isinstance(exc, HostKeyChanged):
                 ChangedHostKeyDialog(name, str(exc), getattr(exc, "hint", ""), self).open()
 

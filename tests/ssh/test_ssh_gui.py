@@ -40,7 +40,7 @@ def _fill_host_dialog(ssh_env, tmp_path, errors):
     dialog.hostname.setText("127.0.0.1")
     dialog.port.setValue(ssh_env.server.port)
     dialog.user.setText(getpass.getuser())
-    dialog.auth.setCurrentText("key")
+    dialog.auth.setCurrentIndex(dialog.auth.findData("key"))
     dialog.key_file.setText(str(ssh_env.key_plain))
     dialog.python.setText(sys.executable)
     dialog.run_root.setText(str(tmp_path / "gui run root"))

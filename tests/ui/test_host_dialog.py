@@ -14,7 +14,7 @@ def test_a_new_host_saves_with_every_field(qtbot):
     qtbot.addWidget(dialog)
     _fill(dialog, name="gpu-1", hostname="10.0.0.5", port=2222, user="ana", key_file="~/.ssh/id_ed25519",
           rdzv_address="192.168.1.5", nccl_env="NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=1", price=2.5)
-    dialog.auth.setCurrentText("key")
+    dialog.auth.setCurrentIndex(dialog.auth.findData("key"))
     dialog._save()
     profile = dialog.result_profile
     assert profile == HostProfile(name="gpu-1", hostname="10.0.0.5", port=2222, user="ana", auth="key",

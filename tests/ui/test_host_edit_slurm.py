@@ -38,7 +38,7 @@ def test_fill_the_slurm_fields_save_and_the_profile_round_trips(qtbot, tmp_path)
                          (dialog.mem, "64G")):
         widget.setText(text)
     dialog.port.setValue(2200)
-    dialog.auth.setCurrentText("key")
+    dialog.auth.setCurrentIndex(dialog.auth.findData("key"))
     dialog.gpus_per_node.setValue(4)
     dialog.gpu_flag.setCurrentIndex(dialog.gpu_flag.findData("gpus-per-node"))
     dialog.cpus_per_task.setValue(16)

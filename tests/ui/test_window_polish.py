@@ -192,3 +192,64 @@ def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
     assert not stop(["c"]).isEnabled()  # ended: nothing to stop
     assert stop(["d"]).isEnabled() and stop(["c", "d"]).isEnabled()
     store.close()
+
+
+def test_host_dialog_words_browse_required_and_width(qtbot, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog
+
+    from ddpgui.core.hosts import AUTH_METHODS, HostProfile
+    from ddpgui.ui.dialogs.host_edit import HostEditDialog
+
+    dialog = HostEditDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    shown = [dialog.auth.itemText(i) for i in range(dialog.auth.count())]
+    assert shown == ["SSH agent", "Key file", "Key file with passphrase", "Password"]
+    assert [dialog.auth.itemData(i) for i in range(dialog.auth.count())] == list(AUTH_METHODS)
+    assert dialog.width() >= 480
+    path = str(tmp_path / "keys" / "id_ed25519_for_the_lab_cluster")
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        lambda parent, title, start="", *a: asked.append(start) or (path, ""))
+    dialog.browse_key.click()
+    assert dialog.key_file.text() == path and asked
+    assert dialog.key_file.fontMetrics().horizontalAdvance("~/.ssh/id_ed25519_for_the_lab") < dialog.key_file.width()
+    dialog.name.setText("lab")
+    dialog._save()  # no hostname
+    assert dialog.result_profile is None
+    assert "got ''" not in dialog.error.text() and 'got ""' not in dialog.error.text()
+    assert dialog.error.text().startswith("Hostname is required"), dialog.error.text()
+    dialog.hostname.setText("lab.example.org")
+    dialog.auth.setCurrentIndex(dialog.auth.findData("key_passphrase"))
+    dialog._save()
+    assert dialog.result_profile == HostProfile(name="lab", hostname="lab.example.org", auth="key_passphrase",
+                                                key_file=path)
+    edit = HostEditDialog(dialog.result_profile)
+    qtbot.addWidget(edit)
+    assert edit.auth.currentText() == "Key file with passphrase" and edit.auth.currentData() == "key_passphrase"
+
+
+def test_error_texts_never_start_with_a_class_name():
+    from ddpgui.core.ssh.connection import HostUnreachable
+    from ddpgui.ui.texts import required_or, without_class_name
+
+    assert without_class_name("HostUnreachable: cannot connect to lab:22") == "cannot connect to lab:22"
+    assert without_class_name("ddpgui.core.x.TargetError: TimeoutError: timed out") == "timed out"
+    assert without_class_name("Launch failed: no route") == "Launch failed: no route"
+    assert without_class_name("Hint: try again") == "Hint: try again"
+    assert without_class_name(f"{HostUnreachable.__name__}: x") == "x"
+    assert required_or("Partition", "slurm.partition: must be a partition name, got \"\"") == \
+        "Partition is required (a partition name)"
+    assert required_or("Name", "name: must be short, got 'bad name!'") == "name: must be short, got 'bad name!'"
+
+
+def test_a_failed_test_connection_shows_no_class_name(window, qtbot):
+    from ddpgui.core.hosts import HostProfile
+
+    window.hosts.add(HostProfile(name="nowhere", hostname="127.0.0.1", port=1, user="nobody"))
+    window.hosts_panel.reload("nowhere")
+    window.test_connection("nowhere")
+    qtbot.waitUntil(lambda: window.hosts_panel.status.get("nowhere") == "error", timeout=60_000)
+    detail = window.hosts_panel.details["nowhere"]
+    assert detail.startswith("127.0.0.1:1 ") and "HostUnreachable" not in detail and "Hint: " in detail, detail

@@ -3,18 +3,21 @@ under the form, and the field at fault marked and focused."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -23,7 +26,15 @@ from PySide6.QtWidgets import (
 from ddpgui.core.hosts import AUTH_METHODS, HostError, HostProfile, SlurmOptions
 from ddpgui.core.hosts.slurm_options import TIME_FORMATS
 
+from ..texts import required_or
+
 KIND_CHOICES = (("SSH host", "ssh"), ("Slurm cluster", "slurm"))
+#: The login methods in words; the profile stores the identifiers (AUTH_METHODS).
+AUTH_LABELS = {"agent": "SSH agent", "key": "Key file", "key_passphrase": "Key file with passphrase",
+               "password": "Password"}
+AUTH_CHOICES = tuple((AUTH_LABELS.get(method, method), method) for method in AUTH_METHODS)
+#: The dialog is never narrower: a key file's path and the placeholders fit.
+MIN_WIDTH = 520
 GPU_FLAG_CHOICES = (("--gres=gpu:N", "gres"), ("--gpus-per-node=N", "gpus-per-node"))
 _INVALID_LABEL = "color: #d93025; font-weight: 600;"
 
@@ -46,10 +57,19 @@ class HostEditDialog(QDialog):
         self.hostname = QLineEdit(profile.hostname if profile else "")
         self.port = QSpinBox(maximum=65535, minimum=1, value=profile.port if profile else 22)
         self.user = QLineEdit(profile.user if profile else "")
-        self.auth = QComboBox()
-        self.auth.addItems(AUTH_METHODS)
-        self.auth.setCurrentText(profile.auth if profile else "agent")
-        self.key_file = QLineEdit(profile.key_file or "" if profile else "")
+        self.auth = QComboBox(objectName="host_auth", toolTip="How to log in: the keys your SSH agent holds, a key "
+                              "file (with its passphrase), or a password (asked for, kept in the keyring)")
+        for text, method in AUTH_CHOICES:
+            self.auth.addItem(text, method)
+        self.auth.setCurrentIndex(max(0, self.auth.findData(profile.auth if profile else "agent")))
+        self.key_file = QLineEdit(profile.key_file or "" if profile else "", placeholderText="~/.ssh/id_ed25519")
+        self.browse_key = QPushButton("Browse…", objectName="browse_key", toolTip="Pick the private key file")
+        self.browse_key.clicked.connect(self._pick_key)
+        key_row = QWidget()
+        key_layout = QHBoxLayout(key_row)
+        key_layout.setContentsMargins(0, 0, 0, 0)
+        key_layout.addWidget(self.key_file, 1)
+        key_layout.addWidget(self.browse_key)
         self.proxy_jump = QLineEdit(", ".join(profile.proxy_jump) if profile else "")
         self.python = QLineEdit(profile.python if profile else "python3")
         self.run_root = QLineEdit(profile.run_root if profile else "~/.ddpgui")
@@ -63,12 +83,12 @@ class HostEditDialog(QDialog):
                                   placeholderText="NCCL_SOCKET_IFNAME=eth0",
                                   toolTip="Environment variables for runs on this host (space separated KEY=VALUE)")
         rows = [("Name", self.name), ("Kind", self.kind), ("Hostname", self.hostname), ("Port", self.port),
-                ("User", self.user), ("Login", self.auth), ("Key file", self.key_file),
+                ("User", self.user), ("Login", self.auth), ("Key file", key_row),
                 ("ProxyJump", self.proxy_jump), ("Python", self.python), ("Run folder", self.run_root),
                 ("Price", self.price), ("Address for other nodes", self.rdzv_address),
                 ("Node environment", self.nccl_env), ("Notes", self.notes)]
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        wide = self.fontMetrics().horizontalAdvance("x" * 30)
+        wide = self.fontMetrics().horizontalAdvance("x" * 36)
         for label, widget in rows:
             form.addRow(label, widget)
             widget.setMinimumWidth(wide)
@@ -96,8 +116,15 @@ class HostEditDialog(QDialog):
             "run_root": self.run_root, "price_per_hour": self.price, "rdzv_address": self.rdzv_address,
             "nccl_env": self.nccl_env, "notes": self.notes, "slurm": self.partition,
             **{f"slurm.{name}": widget for name, widget in self._slurm_fields.items()}}
+        self.setMinimumWidth(MIN_WIDTH)
         self.kind.currentIndexChanged.connect(self._kind_changed)
         self._kind_changed()
+
+    def _pick_key(self) -> None:
+        start = self.key_file.text().strip() or "~/.ssh"
+        path, _ = QFileDialog.getOpenFileName(self, "Private key file", str(Path(start).expanduser()))
+        if path:
+            self.key_file.setText(path)
 
     def _slurm_group(self, options: SlurmOptions | None) -> QGroupBox:
         """The Slurm options' group box (shown for a Slurm cluster only)."""
@@ -187,7 +214,7 @@ class HostEditDialog(QDialog):
         """The profile the form describes (validated as a whole: a HostError names the bad field)."""
         values = dict(
             name=self.name.text().strip(), hostname=self.hostname.text().strip(), port=self.port.value(),
-            user=self.user.text().strip(), auth=self.auth.currentText(), key_file=self.key_file.text().strip() or None,
+            user=self.user.text().strip(), auth=self.auth.currentData(), key_file=self.key_file.text().strip() or None,
             proxy_jump=[p.strip() for p in self.proxy_jump.text().split(",") if p.strip()],
             python=self.python.text().strip() or "python3", run_root=self.run_root.text().strip() or "~/.ddpgui",
             price_per_hour=self.price.value() or None, notes=self.notes.text(),
@@ -235,12 +262,22 @@ class HostEditDialog(QDialog):
             label.setStyleSheet(_INVALID_LABEL)
         widget.setFocus()
 
+    def _label(self, field: str | None) -> str:
+        """The form's label of a field (its name when it has none)."""
+        widget = self._fields.get(field or "")
+        for form in (self.form, self.slurm_form):
+            for candidate in (widget, widget.parentWidget() if widget is not None else None):
+                label = form.labelForField(candidate) if candidate is not None else None
+                if label is not None and label.text():
+                    return label.text()
+        return (field or "a field").removeprefix("slurm.")
+
     def _save(self) -> None:
         try:
             profile = self.profile()
             profile.validate()
         except HostError as exc:
-            self.error.setText(f"{exc}\n{exc.hint}".strip())
+            self.error.setText(f"{required_or(self._label(exc.field), str(exc))}\n{exc.hint}".strip())
             self._mark(exc.field)
             return
         self._mark(None)
