@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None,
     if os.environ.get(EXIT_AFTER_SHOW_ENV):
         QTimer.singleShot(0, window.close)
         QTimer.singleShot(0, app.quit)
+    else:
+        window.probe_at_start()  # This computer's choices (GPUs, precisions) are known from the start
     return app.exec()
 
 

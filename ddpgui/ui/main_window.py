@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.errors import describe
-from ddpgui.core.hosts import HostStore
+from ddpgui.core.hosts import LOCAL, HostStore
 from ddpgui.core.runs.manager import RunManager, RunUpdate
 from ddpgui.core.runs.workers import launch_on_nodes, launch_run, probe_host
 from ddpgui.core.ssh.known_hosts import HostKeyChanged, KnownHosts
@@ -202,14 +202,21 @@ class MainWindow(QMainWindow):
         if name in (self.hosts_panel.current(), *self.launch_panel.nodes):
             self._host_selected(self.hosts_panel.current())
 
-    def test_connection(self, name: str) -> None:
+    def probe_at_start(self) -> None:
+        """Probe This computer on a worker (the app does at start, so the launch form offers what it can run
+        from the first; tests build windows without it)."""
+        self.test_connection(LOCAL, quiet=True)
+
+    def test_connection(self, name: str, quiet: bool = False) -> None:
+        """Connect, check the host key and probe ``name`` on a worker; ``quiet``: no status-bar message."""
         self.hosts_panel.set_status(name, "checking", "connecting…")
 
         def done(probe: dict) -> None:
             self._last_contact[name] = time.time()
             self.set_probe(name, probe)
             problems = [p.get("message", "") for p in probe.get("problems") or [] if p.get("severity") == "error"]
-            self.statusBar().showMessage(f"{name}: reachable" + (f" — {problems[0]}" if problems else ""), 8000)
+            if not quiet:
+                self.statusBar().showMessage(f"{name}: reachable" + (f" — {problems[0]}" if problems else ""), 8000)
 
         def failed(exc: Exception) -> None:
             message, hint = describe(exc)  # in words: no exception class name

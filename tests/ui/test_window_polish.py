@@ -253,3 +253,21 @@ def test_a_failed_test_connection_shows_no_class_name(window, qtbot):
     qtbot.waitUntil(lambda: window.hosts_panel.status.get("nowhere") == "error", timeout=60_000)
     detail = window.hosts_panel.details["nowhere"]
     assert detail.startswith("127.0.0.1:1 ") and "HostUnreachable" not in detail and "Hint: " in detail, detail
+
+
+def test_this_computer_is_probed_at_start_on_a_worker(window, qtbot):
+    from ddpgui.core.hosts import LOCAL
+
+    panel = window.launch_panel
+    assert LOCAL not in window.hosts_panel.probes and "Test connection to know" in panel.nproc_label.text()
+    window.probe_at_start()  # what the app does once its window is shown
+    assert window.hosts_panel.status[LOCAL] == "checking"  # the probe runs on a worker: the window goes on
+    qtbot.waitUntil(lambda: window.hosts_panel.status.get(LOCAL) == "reachable", timeout=120_000)
+    probe = window.hosts_panel.probes[LOCAL]
+    assert "Test connection" not in panel.nproc_label.text()
+    model = panel.precision.model()
+    for row in range(model.rowCount()):  # the form offers only what the probe found it can run
+        assert model.item(row).isEnabled() is (panel.problems[panel.precision.itemText(row)] is None)
+    assert probe.get("cpu_count")
+    button = window.hosts_panel.buttons["test"]
+    assert button.text() == "Test connection" and "host key" in button.toolTip() and "probe" in button.toolTip()

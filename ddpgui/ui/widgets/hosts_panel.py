@@ -91,7 +91,8 @@ class HostsPanel(QWidget):
                                      ("duplicate", "Copy", "Duplicate the selected host", self.duplicate_host),
                                      ("delete", "Delete", "Delete the selected host", self.delete_host),
                                      ("import", "Import", "Import aliases from ~/.ssh/config", self.import_ssh),
-                                     ("test", "Test", "Test the connection and probe the host (F5)",
+                                     ("test", "Test connection", "Connect, check the host key and probe the host: its GPUs, "
+                                      "torch and what it can run (F5)",
                                       lambda: self.test_requested.emit(self.current()))):
             button = QPushButton(text, toolTip=tip, objectName=f"host_{key}")
             button.clicked.connect(slot)

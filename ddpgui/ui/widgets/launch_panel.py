@@ -236,8 +236,8 @@ class LaunchPanel(QWidget):
             self.partitions = []
             limit, what = min(max_processes(p) for p in probes)
             self.nproc.setMaximum(limit)
-            unknown = "" if all(probes) else " (probe the host to know)" if len(names) == 1 else \
-                " (probe every node to know)"
+            unknown = "" if all(probes) else " (Test connection to know)" if len(names) == 1 else \
+                " (Test connection on every node to know)"
         if self.cluster is None and len(names) == 1:
             self.title.setText(f"Launch on {display_names[0]}")
             self.nodes_label.setVisible(False)
