@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dpi", type=int, default=300, help="PNG resolution (and the decimation grid), at least 72")
     p.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
                    help="a caption line with GPU, driver, CUDA and torch under each figure")
+    p.add_argument("--individual-runs", action=argparse.BooleanOptionalAction, default=True,
+                   help="draw each repeat faintly under its setting's mean loss curve")
     p.add_argument("--steps", type=int, default=None, metavar="N",
                    help="N of 'time to N steps' (default: the fewest steps any compared run reached)")
     p.set_defaults(func=cmd_compare)
@@ -83,7 +85,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = analysis.compute_comparison(store, hosts, [r.id for r in runs], baseline, n_steps=args.steps,
                                                  with_curves=False).comparison
         written = export.export_comparison(comparison, store, Path(args.out), formats, args.width, args.x, args.dpi,
-                                           args.caption)
+                                           args.caption, args.individual_runs)
     _print_table(comparison)
     for name, why in written.skipped.items():
         print(f"no {name} figure: {why}", file=sys.stderr)

@@ -50,7 +50,7 @@ def test_compare_writes_every_format(app_data, tmp_path, capsys):
     captured = capsys.readouterr()
     printed = captured.out.split()
     names = {f"{f}.{e}" for f in ("loss", "throughput", "memory", "speedup", "scaling") for e in ("pdf", "svg", "png")}
-    names |= {"points.csv", "telemetry.csv", "summary.csv", "summary.tex", "runs.json"}
+    names |= {"points.csv", "telemetry.csv", "curves.csv", "summary.csv", "summary.tex", "runs.json"}
     assert {p.rsplit("/", 1)[-1] for p in printed} == names and all(p.startswith(str(out)) for p in printed)
     assert "1× (baseline)" in captured.err and "2×" in captured.err
 
@@ -58,7 +58,7 @@ def test_compare_writes_every_format(app_data, tmp_path, capsys):
     assert len(reader.pages) == 1 and "torch" in reader.metadata["/Subject"]
     svg = ET.parse(out / "loss.svg").getroot()
     text = " ".join("".join(t.itertext()) for t in svg.iter("{http://www.w3.org/2000/svg}text"))
-    for label in ("1× #1", "1× #2", "2×"):
+    for label in ("1× (n=2)", "2×"):  # repeats: one mean curve with its 95% interval
         assert label in text
 
     with RunStore() as store, open(out / "points.csv", newline="") as fh:

@@ -62,7 +62,8 @@ def test_pdf_parses_with_embedded_truetype_fonts_and_metadata(compared, tmp_path
         reader = pypdf.PdfReader(path, strict=True)
         assert len(reader.pages) == 1
         box = reader.pages[0].mediabox
-        assert float(box.width) == pytest.approx(3.5 * 72) and float(box.height) == pytest.approx(3.5 * 72 * 0.68)
+        # the width is the column's; the height grows only for the text block under the axes
+        assert float(box.width) == pytest.approx(3.5 * 72) and 3.5 * 72 * 0.68 - 1e-6 <= float(box.height) < 3.5 * 72
         assert reader.metadata["/Subject"] == CAPTION and "CUDA 12.4" in reader.metadata["/Keywords"]
         fonts = reader.pages[0]["/Resources"]["/Font"]
         assert fonts, path
@@ -83,7 +84,7 @@ def test_svg_is_xml_with_every_label_and_the_caption(compared, tmp_path):
         texts[path.stem] = " ".join("".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text"))
         description = root.find(".//{http://purl.org/dc/elements/1.1/}description")
         assert description is not None and CAPTION in "".join(description.itertext())
-    for label in figures.run_labels(comparison).values():
+    for label in ("1× (n=2)", "2× (n=2)"):  # a group's repeats are one mean curve with its interval
         assert label in texts["loss"]
     for name in ("throughput", "memory", "speedup"):
         assert "1×" in texts[name] and "2×" in texts[name], name

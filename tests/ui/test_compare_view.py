@@ -169,7 +169,7 @@ def test_export_dialog_remembers_the_last_choices(qtbot, settings, tmp_path):
     again = ExportDialog(settings)
     qtbot.addWidget(again)
     assert again.folder.text() == str(tmp_path / "figs")
-    assert again.chosen_formats() == ["pdf", "svg", "csv", "tex"] and again.width() == "double"
+    assert again.chosen_formats() == ["pdf", "svg", "csv", "tex", "curves"] and again.width() == "double"
     for box in again.formats.values():
         box.setChecked(False)
     assert not again.buttons.buttons()[0].isEnabled() and "at least one format" in again.error.text()

@@ -12,17 +12,25 @@ Rules (fonts, palette, sizes, decimation) are in docs/ANALYSIS.md, "Figures".
 """
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from remote_runner.spools import METRICS
-
 from ..analysis.comparison import Comparison, GroupStats, family_key
 from ..analysis.stats import Ratio
 from ..store import RunStore
+from .style import CHAR_EM, FOOTER_PT, TICK_EM, TICK_PT, Notes, Style, outside_legend, shared_settings
+
+# re-exported: the Compare tab and the tests name them through this module
+from .style import HATCHES as HATCHES
+from .style import LINESTYLES as LINESTYLES
+from .style import MARKERS as MARKERS
+from .style import OKABE_ITO as OKABE_ITO
+from .style import X_LABELS as X_LABELS
+from .style import envelope as envelope
 
 FORMATS = ("pdf", "svg", "png")
 FIGURES = ("loss", "throughput", "memory", "speedup", "scaling")
@@ -30,15 +38,6 @@ FIGURES = ("loss", "throughput", "memory", "speedup", "scaling")
 WIDTHS = {"single": 3.5, "double": 7.0}
 #: Height / width of every figure.
 ASPECT = 0.68
-#: Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency.
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
-#: With the colours, so that curves and bars stay apart when printed in greyscale.
-LINESTYLES = ("-", "--", "-.", ":")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-HATCHES = ("", "///", "...", "\\\\\\", "xxx", "---", "ooo", "+++")
-#: Markers on a curve: about this many, evenly spread (markevery), not one per point.
-MARKERS_PER_CURVE = 8
-X_LABELS = {"step": "step", "time": "time since the first logged step (s)"}
 
 #: Text stays text in SVG ('none'): the labels are searchable, selectable and editable in
 #: Inkscape/Illustrator and the file is small; the viewer supplies the font (we ask for
@@ -62,36 +61,6 @@ class Exported:
         self.paths += other.paths
         self.skipped.update(other.skipped)
         return self
-
-
-def envelope(x: np.ndarray, y: np.ndarray, columns: int, lo: float | None = None,
-             hi: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The points of a curve that decide its pixels at ``columns`` pixel columns over x in [lo, hi].
-
-    Per column: the first, the lowest, the highest and the last point, in their order.  Each
-    column's vertical extent and the segments between neighbouring columns are those of the
-    full curve, so at that resolution (or any coarser one) the drawing is the same — exact,
-    not sampled.  x must be non-decreasing (steps, time); otherwise the curve is returned whole.
-    """
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    if len(x) <= 4 * columns or (np.diff(x) < 0).any():
-        return x, y
-    lo = float(x[0]) if lo is None else lo
-    hi = float(x[-1]) if hi is None else hi
-    span = hi - lo if hi > lo else 1.0
-    col = np.clip(((x - lo) / span * columns).astype(np.int64), 0, columns - 1)
-    new = np.r_[True, col[1:] != col[:-1]]
-    starts = np.flatnonzero(new)
-    seg = np.cumsum(new) - 1
-    keep = np.zeros(len(x), bool)
-    keep[starts] = True
-    keep[np.r_[starts[1:] - 1, len(x) - 1]] = True
-    for extreme in (np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts)):
-        hits = np.flatnonzero(y == extreme[seg])
-        _, first = np.unique(seg[hits], return_index=True)
-        keep[hits[first]] = True
-    return x[keep], y[keep]
 
 
 def caption_text(comparison: Comparison) -> str:
@@ -124,16 +93,6 @@ def _metadata(fmt: str, title: str, caption: str) -> dict:
     return {"Title": title, "Description": caption, "Software": "ddpgui"}
 
 
-class _Style:
-    """Colour, line style, marker and hatch of the i-th group: all four change together."""
-
-    def __init__(self, i: int):
-        self.color = OKABE_ITO[i % len(OKABE_ITO)]
-        self.linestyle = LINESTYLES[i % len(LINESTYLES)]
-        self.marker = MARKERS[i % len(MARKERS)]
-        self.hatch = HATCHES[i % len(HATCHES)]
-
-
 def run_labels(comparison: Comparison) -> dict[str, str]:
     """Run id → its group's label, with "#k" after it when the group holds repeats."""
     out = {}
@@ -145,8 +104,14 @@ def run_labels(comparison: Comparison) -> dict[str, str]:
 
 def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, formats: Iterable[str] = FORMATS,
                   width: str = "single", x: str = "step", dpi: int = 300, caption: bool = True,
-                  figures: Sequence[str] = FIGURES) -> Exported:
-    """Draw each figure once and save it in each format as ``<figure>.<fmt>`` in ``out_dir``."""
+                  figures: Sequence[str] = FIGURES, individual: bool = True) -> Exported:
+    """Draw each figure once and save it in each format as ``<figure>.<fmt>`` in ``out_dir``.
+
+    Under the axes, one text block: the key of long group labels, the settings all groups share,
+    footnotes of the groups without a value, and (``caption``) the environment line.  The
+    figure is ``width`` wide and grows in height only for that block's lines beyond two.
+    ``individual``: the loss figure draws each run faintly under its group's mean.
+    """
     formats = list(formats)
     for given, allowed, what in ((formats, FORMATS, "format"), (figures, FIGURES, "figure")):
         unknown = [g for g in given if g not in allowed]
@@ -162,26 +127,17 @@ def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, 
     if not formats:
         return result
     import matplotlib
-    from matplotlib.figure import Figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = caption_text(comparison)
-    inches = WIDTHS[width]
-    drawers = {"loss": lambda ax: _loss(ax, comparison, store, x, int(inches * dpi)),
-               "throughput": lambda ax: _throughput(ax, comparison), "memory": lambda ax: _memory(ax, comparison),
-               "speedup": lambda ax: _speedup(ax, comparison), "scaling": lambda ax: _scaling(ax, comparison)}
     with matplotlib.rc_context(RC):
         for name in figures:
-            fig = Figure(figsize=(inches, inches * ASPECT), dpi=dpi, layout="constrained")
-            ax = fig.add_subplot()
-            why = drawers[name](ax)
-            if why:
+            fig, why = draw_figure(comparison, store, name, width, x, dpi, caption, individual)
+            if fig is None:
                 result.skipped[name] = why
                 continue
-            if caption and text:
-                fig.supxlabel(text, fontsize=5.5, color="#444444")
-            title = f"{ax.get_title() or name} ({comparison.baseline_group.label} baseline)"
+            title = f"{fig.axes[0].get_title() or name} ({comparison.baseline_group.label} baseline)"
             for fmt in formats:
                 path = out / f"{name}.{fmt}"
                 fig.savefig(path, format=fmt, dpi=dpi, metadata=_metadata(fmt, title, text))
@@ -190,70 +146,120 @@ def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, 
     return result
 
 
-def _loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int) -> str:
-    labels = run_labels(comparison)
-    curves = []
-    for i, g in enumerate(comparison.groups):
-        for run in g.runs:
-            s = store.series(run.run_id, METRICS, keys=["step", "t", "loss"])
-            xs = s["step"] if x == "step" else s["t"] - (s["t"][0] if len(s["t"]) else 0.0)
-            ok = np.isfinite(xs) & np.isfinite(s["loss"])
-            if ok.any():
-                curves.append((i, run.run_id, xs[ok], s["loss"][ok]))
-    if not curves:
-        return "no run logged a loss"
-    lo = min(float(c[2][0]) for c in curves)
-    hi = max(float(c[2][-1]) for c in curves)
-    for i, run_id, xs, ys in curves:
-        style = _Style(i)
-        px, py = envelope(xs, ys, columns, lo, hi)
-        ax.plot(px, py, color=style.color, linestyle=style.linestyle, marker=style.marker, markersize=2.5,
-                markevery=max(1, len(px) // MARKERS_PER_CURVE), label=labels[run_id])
-    ax.set_xlabel(X_LABELS[x])
-    ax.set_ylabel("training loss")
-    ax.set_title("loss")
-    if all(c[3].min() > 0 for c in curves) and max(c[3].max() for c in curves) > 10 * min(c[3].min() for c in curves):
-        ax.set_yscale("log")
-    # a fixed place: loc="best" scans every point of every curve for overlaps (a third of the export time)
-    ax.legend(frameon=False, loc="upper right", ncols=2 if len(curves) > 5 else 1)
-    return ""
+def draw_figure(comparison: Comparison, store: RunStore, name: str, width: str = "single", x: str = "step",
+                dpi: int = 300, caption: bool = True, individual: bool = True):
+    """One figure drawn (not saved): (the matplotlib Figure, "") or (None, why it cannot be drawn).
+
+    Call it inside ``matplotlib.rc_context(RC)`` (as :func:`write_figures` does) for the paper fonts.
+    """
+    from matplotlib.figure import Figure
+
+    from .curves import draw_loss
+
+    inches = WIDTHS[width]
+    drawers = {"loss": lambda ax, notes: draw_loss(ax, comparison, store, x, int(inches * dpi), notes, individual),
+               "throughput": lambda ax, notes: _throughput(ax, comparison, notes),
+               "memory": lambda ax, notes: _memory(ax, comparison, notes),
+               "speedup": lambda ax, notes: _speedup(ax, comparison, notes),
+               "scaling": lambda ax, notes: _scaling(ax, comparison, notes)}
+    fig = Figure(figsize=(inches, inches * ASPECT), dpi=dpi, layout="constrained")
+    ax = fig.add_subplot()
+    notes = Notes(inches)
+    why = drawers[name](ax, notes)
+    if why:
+        return None, why
+    _plain_ticks(ax)
+    footer = notes.lines(caption_text(comparison) if caption else "")
+    if footer:
+        fig.supxlabel("\n".join(footer), fontsize=FOOTER_PT, color="#444444", ha="left", x=0.02, linespacing=1.25)
+        extra = max(0, len(footer) - 2) * FOOTER_PT * 1.25 / 72
+        fig.set_size_inches(inches, inches * ASPECT + extra)
+    return fig, ""
 
 
-def _bars(ax, groups: list[GroupStats], values: list[float | None], errors: list, ylabel: str, title: str) -> str:
+def _plain_ticks(ax) -> None:
+    """No offset ("+1e3") and no multiplier ("×10⁻³") on a linear axis: ticks read as the values."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        formatter = axis.get_major_formatter()
+        if isinstance(formatter, ScalarFormatter):
+            formatter.set_useOffset(False)
+            formatter.set_scientific(False)
+
+
+def _tick_labels(groups: list[GroupStats], inches: float, notes: Notes) -> tuple[list[str], bool]:
+    """Each group's tick label (its label wrapped to 2 lines, then "n=…"), or keys A, B, … (True) when too long."""
+    per_bar = max(4, int((inches - 0.55) * 72 / max(1, len(groups)) / (TICK_PT * TICK_EM)))
+    wrapped = [textwrap.wrap(g.label, per_bar, break_on_hyphens=False, break_long_words=False) for g in groups]
+    if all(len(w) <= 2 and all(len(line) <= per_bar for line in w) for w in wrapped):
+        return ["\n".join(w + [f"n={g.n}"]) for w, g in zip(wrapped, groups)], False
+    keys = [group_key(i) for i in range(len(groups))]
+    notes.key = [f"{k}: {g.label} (n={g.n})" for k, g in zip(keys, groups)]
+    return [f"{k}\nn={g.n}" for k, g in zip(keys, groups)], True
+
+
+def group_key(i: int) -> str:
+    """The short key of the i-th group: A, B, …, Z, AA, AB, …"""
+    return chr(65 + i) if i < 26 else group_key(i // 26 - 1) + chr(65 + i % 26)
+
+
+def _bars(ax, comparison: Comparison, values: list[float | None], errors: list, reasons: list[str], ylabel: str,
+          title: str, notes: Notes) -> str:
+    """Bars with error bars; a group without a value gets "n/a" with a footnote mark at the axis."""
+    groups = comparison.groups
     if all(v is None for v in values):
         return ""
+    inches = ax.figure.get_figwidth()
+    notes.shared = shared_settings(comparison)
+    labels, keyed = _tick_labels(groups, inches, notes)
     pos = np.arange(len(groups))
     for i, (v, e) in enumerate(zip(values, errors)):
         if v is None:
+            ax.text(pos[i], 0.02, "n/a" + notes.footnote(reasons[i]), transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=TICK_PT, color="#444444")
             continue
-        style = _Style(i)
+        style = Style(i)
         ax.bar(pos[i], v, color=style.color, hatch=style.hatch, edgecolor="black", linewidth=0.5,
                yerr=None if e is None else np.array(e, float).reshape(2, 1), capsize=2.5,
                error_kw={"elinewidth": 0.7, "capthick": 0.7})
-    ax.set_xticks(pos, [f"{g.label}\nn={g.n}" for g in groups], rotation=30 if len(groups) > 2 else 0,
-                  ha="right" if len(groups) > 2 else "center")
+    ax.set_xticks(pos, labels)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    return "drawn"
+    ax.set_title("\n".join(textwrap.wrap(title, int(inches * 72 / (7.5 * CHAR_EM)) - 4)))
+    return "keyed" if keyed else "drawn"
 
 
-def _estimate_bars(ax, comparison: Comparison, metric: str, ylabel: str, title: str) -> str:
-    groups = comparison.groups
-    estimates = [g.metrics[metric] for g in groups]
-    errors = [None if e.ci95 is None else (e.ci95, e.ci95) for e in estimates]
-    drawn = _bars(ax, groups, [e.mean for e in estimates], errors, ylabel, title)
+def _estimate_bars(ax, comparison: Comparison, metric: str, ylabel: str, title: str, notes: Notes,
+                   scale: float = 1.0) -> str:
+    estimates = [comparison.groups[i].metrics[metric] for i in range(len(comparison.groups))]
+    values = [None if e.mean is None else e.mean * scale for e in estimates]
+    errors = [None if e.ci95 is None else (e.ci95 * scale, e.ci95 * scale) for e in estimates]
+    drawn = _bars(ax, comparison, values, errors, [e.reason for e in estimates], ylabel, title, notes)
     if not drawn:
         return "; ".join(sorted({e.reason for e in estimates if e.reason})) or f"no {metric}"
     return ""
 
 
-def _throughput(ax, comparison: Comparison) -> str:
+def _throughput(ax, comparison: Comparison, notes: Notes) -> str:
     unit = comparison.groups[0].runs[0].throughput_unit
-    return _estimate_bars(ax, comparison, "throughput", f"steady throughput ({unit})", "throughput (mean ± 95% CI)")
+    means = [g.metrics["throughput"].mean for g in comparison.groups]
+    big = max((m for m in means if m is not None), default=0.0) >= 1e5
+    return _estimate_bars(ax, comparison, "throughput", f"{'thousand ' if big else ''}{unit}",
+                          "steady throughput (mean ± 95% CI)", notes, 1e-3 if big else 1.0)
 
 
-def _memory(ax, comparison: Comparison) -> str:
-    return _estimate_bars(ax, comparison, "mem_peak_gib", "peak memory (GiB)", "peak memory (mean ± 95% CI)")
+def memory_unit(values_gib: Iterable[float | None]) -> tuple[str, float]:
+    """GiB, or MiB when every value is below 1 GiB: the unit and the factor from GiB."""
+    known = [v for v in values_gib if v is not None]
+    return ("MiB", 1024.0) if known and max(known) < 1.0 else ("GiB", 1.0)
+
+
+def _memory(ax, comparison: Comparison, notes: Notes) -> str:
+    unit, scale = memory_unit(g.metrics["mem_peak_gib"].mean for g in comparison.groups)
+    return _estimate_bars(ax, comparison, "mem_peak_gib", f"peak memory ({unit})", "peak memory (mean ± 95% CI)",
+                          notes, scale)
 
 
 def ratio_error(r: Ratio) -> tuple[float, float] | None:
@@ -263,19 +269,24 @@ def ratio_error(r: Ratio) -> tuple[float, float] | None:
     return (r.value - r.low, r.high - r.value)
 
 
-def _speedup(ax, comparison: Comparison) -> str:
+def _speedup(ax, comparison: Comparison, notes: Notes) -> str:
     groups = comparison.groups
     if len(groups) < 2:
         return "one setting only: nothing to compare with the baseline"
     ratios = [comparison.speedup[g.key] for g in groups]
-    if not _bars(ax, groups, [r.value for r in ratios], [ratio_error(r) for r in ratios],
-                 f"speedup vs {comparison.baseline_group.label} (×)", "speedup (95% CI)"):
+    base = next(i for i, g in enumerate(groups) if g.key == comparison.baseline)
+    drawn = _bars(ax, comparison, [r.value for r in ratios], [ratio_error(r) for r in ratios],
+                  [r.reason for r in ratios], "speedup (×)", "speedup (95% CI)", notes)
+    if not drawn:
         return "; ".join(sorted({r.reason for r in ratios if r.reason})) or "no throughput"
+    name = group_key(base) if drawn == "keyed" else groups[base].label
+    inches = ax.figure.get_figwidth()
+    ax.set_title("\n".join(textwrap.wrap(f"speedup vs {name} (95% CI)", int(inches * 72 / (7.5 * CHAR_EM)) - 4)))
     ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
     return ""
 
 
-def _scaling(ax, comparison: Comparison) -> str:
+def _scaling(ax, comparison: Comparison, notes: Notes) -> str:
     families: dict[str, list[GroupStats]] = {}
     for g in comparison.groups:
         if comparison.scaling[g.key].value is not None:
@@ -286,7 +297,7 @@ def _scaling(ax, comparison: Comparison) -> str:
         return "needs a 1-process run and an N-process run with otherwise the same settings" + (
             f" ({'; '.join(sorted(reasons))})" if reasons else "")
     for i, members in enumerate(families.values()):
-        style = _Style(i)
+        style = Style(i)
         members.sort(key=lambda g: g.world_size)
         n = np.array([g.world_size for g in members], float)
         est = [g.metrics["throughput"] for g in members]
@@ -303,7 +314,10 @@ def _scaling(ax, comparison: Comparison) -> str:
     ax.set_xlabel("processes (GPUs)")
     ax.set_ylabel(f"steady throughput ({unit})")
     ax.set_title("scaling (mean ± 95% CI)")
-    ax.legend(frameon=False, loc="upper left")
+    ax.set_xlim(min(sizes) - 0.3 * (max(sizes) - min(sizes)), max(sizes) + 0.3 * (max(sizes) - min(sizes)))
+    notes.shared = shared_settings(comparison)
+    # outside the axes (below): never over the data
+    outside_legend(ax)
     return ""
 
 
@@ -311,3 +325,7 @@ def _family_label(members: list[GroupStats]) -> str:
     """The label of a scaling family: its groups' labels without the world-size part."""
     words = [w for w in members[0].label.split() if not w.endswith("×")]
     return " ".join(words) or "throughput"
+
+
+#: The former name of :class:`~ddpgui.core.outputs.style.Style`.
+_Style = Style

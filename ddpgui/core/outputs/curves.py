@@ -1,0 +1,85 @@
+"""Loss curves of repeats, drawn and written: each group's mean with its 95% interval, runs faintly under it.
+
+The aggregation (alignment on steps, the t-interval) is :mod:`ddpgui.core.analysis.curves`;
+here are the loss figure of :func:`ddpgui.core.outputs.figures.write_figures` and ``curves.csv``.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from ..analysis.comparison import Comparison, Curve, load_curve
+from ..analysis.curves import CURVE_COLUMNS, MeanCurve, group_curves
+from ..store import RunStore
+from .style import MARKERS_PER_CURVE, X_LABELS, Notes, Style, envelope, outside_legend, shared_settings
+
+
+def load_curves(comparison: Comparison, store: RunStore) -> dict[str, Curve]:
+    """Every compared run's loss curve (run id → curve)."""
+    return {r.run_id: load_curve(store, r.run_id) for r in comparison.runs}
+
+
+def write_curves_csv(comparison: Comparison, store: RunStore, path: Path, x: str = "step",
+                     curves: dict[str, Curve] | None = None) -> Path:
+    """``curves.csv``: per group and x its n, mean loss and 95% interval (empty where n = 1)."""
+    curves = load_curves(comparison, store) if curves is None else curves
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CURVE_COLUMNS)
+        for c in group_curves(comparison, curves, x):
+            for i in range(len(c.x)):
+                lo, hi = c.ci_lo[i], c.ci_hi[i]
+                w.writerow([c.label, _num(c.x[i]), int(c.n[i]), repr(float(c.mean[i])),
+                            "" if np.isnan(lo) else repr(float(lo)), "" if np.isnan(hi) else repr(float(hi))])
+    return path
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def draw_loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int, notes: Notes,
+              individual: bool = True) -> str:
+    """Each group's mean loss with its shaded 95% interval (where n ≥ 2); each run faintly under it."""
+    curves = load_curves(comparison, store)
+    means = [c for c in group_curves(comparison, curves, x) if len(c.x)]
+    if not means:
+        return "no run logged a loss"
+    lo = min(float(np.nanmin(c.x)) for c in means)
+    hi = max(float(np.nanmax(c.x)) for c in means)
+    index = {g.key: i for i, g in enumerate(comparison.groups)}
+    for c in means:
+        style = Style(index[c.key])
+        group = comparison.group(c.key)
+        if individual and group.n > 1:
+            for run_id in group.run_ids:
+                run = curves.get(run_id)
+                if run is not None and len(run.step):
+                    px, py = envelope(run.step if x == "step" else run.time, run.loss, columns, lo, hi)
+                    ax.plot(px, py, color=style.color, linewidth=0.5, alpha=0.3, zorder=1)
+        _draw_mean(ax, c, style, columns, lo, hi, group.n)
+    ax.set_xlabel(X_LABELS[x])
+    ax.set_ylabel("training loss")
+    ax.set_title("loss (mean ± 95% CI over repeats)" if any(comparison.group(c.key).n > 1 for c in means)
+                 else "loss")
+    ax.set_xlim(lo, hi)
+    low = min(float(np.nanmin(c.mean)) for c in means)
+    if low > 0 and max(float(np.nanmax(c.mean)) for c in means) > 10 * low:
+        ax.set_yscale("log")
+    notes.shared = shared_settings(comparison)
+    outside_legend(ax)
+    return ""
+
+
+def _draw_mean(ax, c: MeanCurve, style: Style, columns: int, lo: float, hi: float, n: int) -> None:
+    ok = np.isfinite(c.x) & np.isfinite(c.mean)
+    label = c.label if n == 1 else f"{c.label} (n={n})"
+    px, py = envelope(c.x[ok], c.mean[ok], columns, lo, hi)
+    ax.plot(px, py, color=style.color, linestyle=style.linestyle, marker=style.marker, markersize=2.5,
+            markevery=max(1, len(px) // MARKERS_PER_CURVE), label=label, zorder=3)
+    band = ok & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
+    if band.any():
+        ax.fill_between(c.x, c.ci_lo, c.ci_hi, where=band, color=style.color, alpha=0.25, linewidth=0,
+                        zorder=2, interpolate=False)

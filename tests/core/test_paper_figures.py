@@ -1,0 +1,188 @@
+"""Exported figures that fit their column, and loss curves of repeats as a mean with a 95% interval (curves.csv)."""
+import csv
+import io
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+from helpers.stored_runs import store_run
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from ddpgui.cli import main
+from ddpgui.core import analysis
+from ddpgui.core.analysis.comparison import Curve
+from ddpgui.core.analysis.curves import mean_curve
+from ddpgui.core.analysis.stats import t_quantile
+from ddpgui.core.outputs import export, figures
+from ddpgui.core.store import RunStore
+
+ENV = {"cpu": "AMD EPYC 7B13", "cpu_count": 2, "torch": "2.5.1"}
+STEPS = 40
+
+
+def _metrics(rate, seed, mem, steps=STEPS, t0=1000.0):
+    rng = np.random.default_rng(seed)
+    return [{"t": t0 + 0.5 * i, "phase": "train", "step": i + 1, "loss": 2.0 / (i + 1) + 0.01 * rng.random(),
+             "samples_per_s": rate * (1 + 0.01 * rng.standard_normal()), "mem_peak_gib": mem, "warmup": i < 3}
+            for i in range(steps)]
+
+
+def _compare(store, settings, rates, mems, repeats=2, steps=None):
+    """Groups of ``repeats`` runs: settings[k] at rates[k] (None: a run too short to settle) and mems[k] GiB."""
+    ids = []
+    for k, (s, rate, mem) in enumerate(zip(settings, rates, mems)):
+        for seed in range(repeats):
+            run_id = f"g{k}s{seed}"
+            metrics = _metrics(rate or 1.0, 10 * k + seed, mem, 3 if rate is None else (steps or STEPS))
+            store_run(store, run_id, dict(s, seed=seed), metrics, environment=ENV)
+            ids.append(run_id)
+    return analysis.compute_comparison(store, None, ids, ids[0]).comparison
+
+
+LONG = [{"workload": "mlp", "compile": c, "precision": p, "steps": n, "batch_size": b}
+        for c, p, n, b in (("off", "fp32", 1500, 64), ("default", "bf16", 1500, 128), ("max-autotune", "bf16", 3000, 64),
+                           ("reduce-overhead", "fp16", 3000, 256))]
+SHORT = [{"workload": "mlp", "precision": p} for p in ("fp32", "bf16", "fp16")]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with RunStore(tmp_path / "runs.sqlite3") as s:
+        yield s
+
+
+def _texts_inside(fig):
+    """Render like savefig does (Agg, laid out), then each visible text's extent on the canvas: (text, extent, inside?)."""
+    agg = FigureCanvasAgg(fig)
+    agg.draw()
+    renderer = agg.get_renderer()
+    canvas = fig.bbox
+    undrawn = set()  # the labels of ticks outside the view limits exist but are not drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            eps = 1e-9 * max(1.0, abs(hi - lo))
+            undrawn |= {id(t.label1) for t in axis.get_major_ticks() if not lo - eps <= t.get_loc() <= hi + eps}
+    out = []
+    for t in fig.findobj(matplotlib.text.Text):
+        if not t.get_visible() or not t.get_text().strip() or id(t) in undrawn:
+            continue
+        box = t.get_window_extent(renderer)
+        inside = box.x0 >= canvas.x0 - 0.5 and box.y0 >= canvas.y0 - 0.5 and box.x1 <= canvas.x1 + 0.5 and \
+            box.y1 <= canvas.y1 + 0.5
+        out.append((t.get_text(), box, inside))
+    return out
+
+
+@pytest.mark.parametrize("width", ["single", "double"])
+@pytest.mark.parametrize("case", ["long", "short"])
+def test_no_text_of_any_figure_leaves_the_canvas_or_overlaps_a_tick_label(store, width, case):
+    settings = LONG if case == "long" else SHORT
+    rates = [100.0, 250.0, None, 80.0][:len(settings)]
+    comparison = _compare(store, settings, rates, [0.3, 0.5, 0.4, 0.2][:len(settings)])
+    drawn = 0
+    with matplotlib.rc_context(figures.RC):
+        for name in figures.FIGURES:
+            fig, why = figures.draw_figure(comparison, store, name, width, dpi=100)
+            if fig is None:
+                assert name == "scaling" and "1-process" in why
+                continue
+            drawn += 1
+            texts = _texts_inside(fig)
+            outside = [(text, box) for text, box, inside in texts if not inside]
+            assert not outside, (name, width, outside)
+            ticks = sorted((t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text()),
+                           key=lambda b: b.x0)
+            for left, right in zip(ticks, ticks[1:]):
+                assert left.x1 <= right.x0, (name, width, "tick labels overlap")
+    assert drawn == 4
+
+
+def test_bar_labels_name_what_differs_and_the_rest_goes_under_the_axes(store):
+    comparison = _compare(store, SHORT, [100.0, 250.0, None], [0.3, 0.5, 0.4])
+    with matplotlib.rc_context(figures.RC):
+        fig, _ = figures.draw_figure(comparison, store, "throughput", "single", dpi=100)
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["fp32\nn=2", "bf16\nn=2", "fp16\nn=2"]
+    assert all(t.get_rotation() == 0 for t in ax.get_xticklabels())
+    footer = fig._supxlabel.get_text()
+    assert "all: workload=mlp" in footer and "CPU AMD EPYC 7B13" in footer
+    # the group that never settled: "n/a" at its place on the axis and its reason in a footnote
+    marks = [t for t in ax.texts if t.get_text().startswith("n/a")]
+    assert len(marks) == 1 and marks[0].get_position()[0] == 2
+    assert "¹ n/a: " in footer and "warm-up" in footer
+
+
+def test_long_labels_become_keys_with_a_key_table(store):
+    comparison = _compare(store, LONG, [100.0, 250.0, 120.0, 80.0], [0.3, 0.5, 0.4, 0.2])
+    with matplotlib.rc_context(figures.RC):
+        fig, _ = figures.draw_figure(comparison, store, "speedup", "single", dpi=100)
+    ax = fig.axes[0]
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["A", "B", "C", "D"]
+    footer = fig._supxlabel.get_text()
+    for key, group in zip("ABCD", comparison.groups):
+        assert f"{key}: {group.label.split()[0]}" in footer
+    assert "speedup vs A" in ax.get_title()
+    assert "all: workload=mlp" in footer
+
+
+def test_memory_in_mib_or_gib_and_no_offset_or_multiplier(store, tmp_path):
+    comparison = _compare(store, SHORT, [1.2e6, 1.3e6, 1.25e6], [0.0007, 0.0008, 0.00075])
+    with matplotlib.rc_context(figures.RC):
+        memory, _ = figures.draw_figure(comparison, store, "memory", "single", dpi=100)
+        throughput, _ = figures.draw_figure(comparison, store, "throughput", "single", dpi=100)
+        for fig in (memory, throughput):
+            fig.savefig(io.BytesIO(), format="png")
+    assert memory.axes[0].get_ylabel() == "peak memory (MiB)"
+    assert throughput.axes[0].get_ylabel() == "thousand samples/s"
+    for fig in (memory, throughput):
+        ax = fig.axes[0]
+        assert ax.yaxis.get_offset_text().get_text() == ""
+        labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        assert labels and all("e" not in s and "×" not in s for s in labels), labels
+    top = max(float(t.get_text().replace("−", "-")) for t in memory.axes[0].get_yticklabels() if t.get_text())
+    assert 0.5 < top < 2.0  # ticks in MiB around 0.75 MiB, not 0.0007
+    with RunStore(tmp_path / "big.sqlite3") as big:
+        assert figures.memory_unit([0.5, 2.0]) == ("GiB", 1.0) and figures.memory_unit([0.5, 0.9])[0] == "MiB"
+        assert big is not None
+
+
+def test_mean_curve_by_hand():
+    a = Curve(np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]))
+    b = Curve(np.array([1.0, 2.0]), np.array([0.0, 3.0]), np.array([3.0, 4.0]))
+    c = mean_curve([a, b], "step")
+    assert c.x.tolist() == [1.0, 2.0, 3.0] and c.n.tolist() == [2, 2, 1]
+    assert c.mean.tolist() == [2.0, 3.0, 3.0]
+    half = t_quantile(1) * math.sqrt(2.0) / math.sqrt(2)
+    assert c.ci_lo[:2] == pytest.approx([2.0 - half, 3.0 - half]) and c.ci_hi[:2] == pytest.approx([2 + half, 3 + half])
+    assert math.isnan(c.ci_lo[2]) and math.isnan(c.ci_hi[2])  # one run: no interval
+    assert mean_curve([a, b], "time").x.tolist() == [0.0, 2.0, 2.0]  # the mean of the runs' times at each step
+    one = mean_curve([a], "step")
+    assert one.mean.tolist() == [1.0, 2.0, 3.0] and np.isnan(one.ci_lo).all()
+
+
+def test_export_writes_curves_csv_with_the_repeats(store, tmp_path):
+    comparison = _compare(store, SHORT[:2], [100.0, 200.0], [0.3, 0.5], repeats=3)
+    written = export.export_comparison(comparison, store, tmp_path, ["curves"])
+    assert [p.name for p in written.paths] == ["curves.csv"]
+    with open(tmp_path / "curves.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["group", "x", "n", "mean", "ci_lo", "ci_hi"]
+    assert {r["group"] for r in rows} == {"fp32", "bf16"}
+    assert all(r["n"] == "3" for r in rows) and len(rows) == 2 * STEPS
+    for r in rows:
+        assert float(r["ci_lo"]) <= float(r["mean"]) <= float(r["ci_hi"])
+    first = next(r for r in rows if r["group"] == "fp32" and r["x"] == "1")
+    losses = [rec["loss"] for rec in (store.records(f"g0s{s}")[0] for s in range(3))]
+    assert float(first["mean"]) == pytest.approx(np.mean(losses))
+    assert "curves" in export.FORMATS
+
+
+def test_cli_accepts_the_curves_format_and_lists_it(capsys):
+    assert main(["compare", "--help"]) == 0
+    assert "curves" in capsys.readouterr().out
+    assert main(["compare", "x", "--out", "/nonexistent", "--format", "curvez"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown format curvez" in err and "curves" in err
