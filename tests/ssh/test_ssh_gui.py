@@ -51,6 +51,8 @@ def _fill_host_dialog(ssh_env, tmp_path, errors):
 
 
 def test_add_an_ssh_host_accept_its_key_launch_watch_and_stop(window, qtbot, ssh_env, tmp_path):
+    from ddpgui.ui.widgets.runs_table import COLUMNS
+
     panel = window.hosts_panel
     errors = []
     QTimer.singleShot(0, lambda: _fill_host_dialog(ssh_env, tmp_path, errors))
@@ -95,5 +97,5 @@ def test_add_an_ssh_host_accept_its_key_launch_watch_and_stop(window, qtbot, ssh
     window.dashboard.stop_button.click()
     model = window.runs_table.model
     qtbot.waitUntil(lambda: model.runs[model.row_of(run_id)].state == "stopped", timeout=60_000)
-    assert model.data(model.index(model.row_of(run_id), 6)) == "stopped"
-    assert model.data(model.index(model.row_of(run_id), 1)) == "lab-box"
+    assert model.data(model.index(model.row_of(run_id), COLUMNS.index("State"))) == "stopped"
+    assert model.data(model.index(model.row_of(run_id), COLUMNS.index("Host"))) == "lab-box"

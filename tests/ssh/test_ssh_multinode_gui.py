@@ -31,6 +31,8 @@ def window(qtbot, tmp_path, ssh_env):
 
 
 def test_launch_two_nodes_from_the_app_watch_each_node_and_stop(window, qtbot):
+    from ddpgui.ui.widgets.runs_table import COLUMNS
+
     panel, launch, board = window.hosts_panel, window.launch_panel, window.dashboard
     for name, modifier in (("n0", Qt.KeyboardModifier.NoModifier), ("n1", Qt.KeyboardModifier.ControlModifier)):
         qtbot.mouseClick(panel.list.viewport(), Qt.MouseButton.LeftButton, modifier,
@@ -46,7 +48,7 @@ def test_launch_two_nodes_from_the_app_watch_each_node_and_stop(window, qtbot):
     record = window.store.get_run(run_id)
     assert record.hosts == ["n0", "n1"] and sorted(record.run_dirs) == [0, 1]
     model = window.runs_table.model
-    assert model.data(model.index(model.row_of(run_id), 1)) == "n0 + n1"
+    assert model.data(model.index(model.row_of(run_id), COLUMNS.index("Host"))) == "n0 + n1"
 
     def points(key: str) -> int:
         x = board.device_plot.curve_data(key)[0] if key in board.device_plot.curves else None
@@ -59,5 +61,5 @@ def test_launch_two_nodes_from_the_app_watch_each_node_and_stop(window, qtbot):
     qtbot.waitUntil(lambda: board.live.step >= 3, timeout=120_000)
     board.stop_button.click()
     qtbot.waitUntil(lambda: model.runs[model.row_of(run_id)].state == "stopped", timeout=120_000)
-    assert model.data(model.index(model.row_of(run_id), 6)) == "stopped"
+    assert model.data(model.index(model.row_of(run_id), COLUMNS.index("State"))) == "stopped"
     qtbot.waitUntil(lambda: board.nodes.text() == "node 0 (n0): stopped   ·   node 1 (n1): stopped", timeout=30_000)

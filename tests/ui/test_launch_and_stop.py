@@ -38,6 +38,8 @@ def test_launch_watch_and_finish(window, qtbot):
 
 
 def test_stop_a_long_run(window, qtbot):
+    from ddpgui.ui.widgets.runs_table import COLUMNS
+
     run_id = _launch(window, qtbot, steps=1_000_000)
     model = window.runs_table.model
     qtbot.waitUntil(lambda: window.dashboard.live.step > 0, timeout=90_000)
@@ -45,5 +47,5 @@ def test_stop_a_long_run(window, qtbot):
     window.dashboard.stop_button.click()
     qtbot.waitUntil(lambda: model.runs[model.row_of(run_id)].state == "stopped", timeout=60_000)
     assert not window.dashboard.stop_button.isEnabled() or window.dashboard.live.state == "stopped"
-    index = model.index(model.row_of(run_id), 6)
+    index = model.index(model.row_of(run_id), COLUMNS.index("State"))
     assert model.data(index) == "stopped"

@@ -167,7 +167,7 @@ def _cells(model, run_id):
 
 def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
     from ddpgui.core.store import RunStore
-    from ddpgui.ui.widgets.runs_table import RunsTable
+    from ddpgui.ui.widgets.runs_table import COLUMNS, RunsTable
 
     store = RunStore(tmp_path / "runs.db")
     cpu = {"hostname": "here", "gpu": None, "gpu_count": 0}
@@ -184,7 +184,7 @@ def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
     qtbot.addWidget(table)
     model = table.model
     c, d, g, n = (_cells(model, r) for r in "cdgn")
-    assert model.headerData(5, Qt.Orientation.Horizontal) == "Processes"
+    assert model.headerData(COLUMNS.index("Processes"), Qt.Orientation.Horizontal) == "Processes"
     assert (c["Processes"], g["Processes"], n["Processes"]) == ("2 × CPU", "4 × GPU", "4")
     assert c["Host"] == "This computer" and g["Host"] == "box" and n["Host"] == "box + other"
     assert c["Name"] == d["Name"] and c["Started"] and d["Started"] and c["Started"] != d["Started"]

@@ -126,7 +126,7 @@ class LaunchPanel(QWidget):
         self.env = QPlainTextEdit(placeholderText="NAME=value, one per line", maximumHeight=60)
         self.advanced_body = QWidget(self.advanced, objectName="advanced_body", visible=False)
         QVBoxLayout(self.advanced).addWidget(self.advanced_body)  # shown/hidden whole: never child by child
-        adv = QFormLayout(self.advanced_body)
+        (adv := QFormLayout(self.advanced_body)).setContentsMargins(0, 0, 0, 0)
         for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),

@@ -25,8 +25,8 @@ from remote_runner.status import FINAL_STATES
 
 from .slurm_view import host_cell, state_cell
 
-COLUMNS = ("Name", "Host", "Workload", "Compile", "Precision", "Processes", "State", "Step", "Throughput", "Peak mem",
-           "Duration", "Cost", "Started")
+COLUMNS = ("Name", "Started", "Host", "Workload", "Compile", "Precision", "Processes", "State", "Step", "Throughput",
+           "Peak mem", "Duration", "Cost")
 STATE_COLORS = {"queued": "#8e6bbf", "running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
                 "failed": "#d93025", "stopped": "#f29900"}
 
@@ -52,7 +52,10 @@ def processes_cell(run: RunRecord) -> str:
 def started_cell(run: RunRecord) -> str:
     """When the run started (created, before it starts): tells apart two runs of the same name."""
     when = run.started_at or run.created_at
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if when else ""
+    if not when:
+        return ""
+    today = time.localtime(when)[:3] == time.localtime()[:3]
+    return time.strftime("%H:%M:%S" if today else "%b %d %H:%M", time.localtime(when))
 
 
 def _duration(run: RunRecord) -> float | None:
