@@ -271,3 +271,24 @@ def test_this_computer_is_probed_at_start_on_a_worker(window, qtbot):
     assert probe.get("cpu_count")
     button = window.hosts_panel.buttons["test"]
     assert button.text() == "Test connection" and "host key" in button.toolTip() and "probe" in button.toolTip()
+
+
+def test_a_longer_name_or_step_widens_its_column(qtbot, tmp_path):
+    import dataclasses
+
+    from ddpgui.core.store import RunStore
+    from ddpgui.ui.widgets.runs_table import COLUMNS, RunsTable
+
+    store = RunStore(tmp_path / "runs.db")
+    store.create_run("s", name="short", hosts=["local"], config={"nproc_per_node": 1}, state="running")
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.show()
+    view, metrics = table.view, table.view.fontMetrics()
+    name, step = COLUMNS.index("Name"), COLUMNS.index("Step")
+    long_name = "a rather long run name that was not there when the table opened"
+    table.model.update_run(store.create_run("l", name=long_name, hosts=["local"], state="running"))
+    assert view.columnWidth(name) > metrics.horizontalAdvance(long_name)
+    table.model.update_run(dataclasses.replace(store.get_run("s"), last_step=123456789, total_steps=987654321))
+    assert view.columnWidth(step) > metrics.horizontalAdvance("123456789/987654321")
+    store.close()

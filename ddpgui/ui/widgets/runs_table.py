@@ -244,6 +244,19 @@ class RunsTable(QWidget):
         layout.addWidget(self.view)
         self.model.reload()
         self.view.resizeColumnsToContents()
+        self.model.rowsInserted.connect(lambda _parent, first, last: self._fit(range(first, last + 1)))
+        self.model.modelReset.connect(lambda: self._fit(range(min(self.model.rowCount(), 200))))
+        self.model.dataChanged.connect(lambda top, bottom, *_: self._fit(range(top.row(), bottom.row() + 1)))
+
+    def _fit(self, rows) -> None:
+        """Widen the Name and Step columns to a longer name or step of ``rows`` (model rows) than they show
+        (never narrower: a width the user set stays)."""
+        metrics = self.view.fontMetrics()
+        for column in (COLUMNS.index("Name"), COLUMNS.index("Step")):
+            texts = [self.model.data(self.model.index(row, column)) or "" for row in rows]
+            needed = max((metrics.horizontalAdvance(t) for t in texts), default=0) + 24  # the cell's padding
+            if needed > self.view.columnWidth(column):
+                self.view.setColumnWidth(column, needed)
 
     def _filter(self) -> None:
         state = self.state.currentText()
