@@ -52,6 +52,12 @@ def test_a_300_character_header_does_not_widen_the_window(board, store):
     hint, width = board.minimumSizeHint().width(), board.width()
     long = "compile 22.0 s · peak mem 0.78 GiB · " * 9
     assert len(long) >= 300
+    store.create_run("b", name="x" * 300, hosts=["local"], config={"steps": 10}, state="running")
+    board.set_run("b")  # a 300-character run name in the title
+    board.redraw()
+    QApplication.processEvents()
+    assert board.title.text() == "x" * 300 and board.minimumSizeHint().width() <= hint
+    board.timer.stop()  # the running header would be redrawn over the text set below
     for label in (board.title, board.stats):
         label.setText(long)
     board.nodes.setText("/a/very/long/path/without/spaces/" * 10)
@@ -60,6 +66,7 @@ def test_a_300_character_header_does_not_widen_the_window(board, store):
     board.layout().activate()
     assert board.minimumSizeHint().width() <= hint
     assert board.width() == width
+    assert board.stop_button.geometry().right() < board.width()  # Stop stays on screen
     assert board.stats.toolTip() == long and board.stats.text() == long  # the full text stays readable
     assert board.stats.elided().endswith("…") and len(board.stats.elided()) < len(long)
 

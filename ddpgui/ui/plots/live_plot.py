@@ -77,20 +77,39 @@ class NumberAxis(pg.AxisItem):
 
 
 class OutsideLegend(pg.LegendItem):
-    """A legend in the plot's layout below the axes, in columns: never on top of a curve."""
+    """A legend in the plot's layout below the axes, never on top of a curve: as many columns as the width
+    takes (the widest entry sets the column width), as many rows as that needs; it never widens the plot."""
 
-    COLUMNS = 4
+    MARGIN, GAP = 2, 16
 
     def __init__(self):
-        super().__init__(offset=None, colCount=self.COLUMNS, verSpacing=-4)
+        super().__init__(offset=None, colCount=1, verSpacing=0, labelTextSize="8pt")
+        self.layout.setContentsMargins(4, self.MARGIN, 4, self.MARGIN)
+        self.available = 400.0  # the width there is (the view box's), set by the plot on resize
+        self._fitting = False
+        self.setMinimumWidth(0)
 
-    def updateSize(self):  # noqa: N802
-        super().updateSize()  # the layout's extent
-        width, height = self.width(), self.height()
-        self.setMinimumHeight(height)
-        self.setMaximumHeight(height)
-        self.setPreferredWidth(width)
-        self.setVisible(bool(self.items))
+    def fit(self, width: float) -> None:
+        self.available = max(40.0, float(width))
+        self.updateSize()
+
+    def updateSize(self):  # noqa: N802 (pyqtgraph's name)
+        if self._fitting:
+            return
+        self._fitting = True
+        try:
+            labels = [label.item.boundingRect() for _, label in self.items]
+            widest = max((20 + 5 + r.width() for r in labels), default=0.0) + self.GAP
+            columns = max(1, min(len(labels), int(self.available // widest))) if labels else 1
+            self.setColumnCount(columns)
+            rows = math.ceil(len(labels) / columns)
+            height = rows * max((r.height() for r in labels), default=0.0) + 2 * self.MARGIN if labels else 0.0
+            self.setMinimumHeight(height)
+            self.setMaximumHeight(height)
+            self.setMaximumWidth(self.available)
+            self.setVisible(bool(labels))
+        finally:
+            self._fitting = False
 
 
 class LivePlot(pg.PlotWidget):
@@ -122,6 +141,7 @@ class LivePlot(pg.PlotWidget):
         view = item.getViewBox()
         view.sigXRangeChanged.connect(self._on_view_moved)
         view.sigResized.connect(self._on_view_moved)
+        view.sigResized.connect(lambda *_: self.legend.fit(view.width()))
         menu = view.menu
         menu.addSeparator()
         for fmt in ("PNG", "SVG"):
@@ -131,15 +151,18 @@ class LivePlot(pg.PlotWidget):
 
     # ---- curves ----------------------------------------------------------------------------
     def add_curve(self, key: str, buffer: SeriesBuffer, name: str | None = None, color: str | None = None,
-                  width: float = 1.0, alpha: int = 255, style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> pg.PlotDataItem:
+                  width: float = 1.0, alpha: int = 255, style: Qt.PenStyle = Qt.PenStyle.SolidLine,
+                  legend: bool = True) -> pg.PlotDataItem:
+        """A curve drawing ``buffer``; ``name`` in the legend (unless ``legend`` is False) and the hover readout."""
         color = pg.mkColor(color or PALETTE[len(self.curves) % len(PALETTE)])
         if alpha < 255:  # a faint curve in an opaque tint: alpha blending would cost more than the curve
             background = pg.mkColor(pg.getConfigOption("background"))
             f = alpha / 255
             color = pg.mkColor([round(f * c + (1 - f) * b) for c, b in zip(color.getRgb()[:3],
                                                                          background.getRgb()[:3])])
-        curve = self.getPlotItem().plot([], [], pen=pg.mkPen(color, width=width, style=style), name=name,
-                                        connect="finite")
+        curve = self.getPlotItem().plot([], [], pen=pg.mkPen(color, width=width, style=style),
+                                        name=name if legend else None, connect="finite")
+        curve.opts["name"] = name  # the hover readout names it also when the legend does not
         self.curves[key] = (curve, buffer)
         self._drawn.pop(key, None)
         self._dirty.add(key)

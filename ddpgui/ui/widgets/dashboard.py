@@ -312,8 +312,8 @@ class Dashboard(QWidget):
             self.loss_plot.add_curve(f"{trace.run_id}:ema", trace.loss.smooth,
                                      trace.name if len(self.traces) > 1 else "loss (EMA)", trace.color)
             self.rate_plot.add_curve(f"{trace.run_id}:rate:raw", trace.throughput, None, trace.color, alpha=70)
-            self.rate_plot.add_curve(f"{trace.run_id}:rate", trace.throughput.smooth, self._label(trace, "samples/s"),
-                                     trace.color)
+            self.rate_plot.add_curve(f"{trace.run_id}:rate", trace.throughput.smooth,
+                                     trace.name if len(self.traces) > 1 else "samples/s", trace.color)
         self._fill_metric_choices()
         for plot in self.plots:
             if reset_view:
@@ -336,10 +336,12 @@ class Dashboard(QWidget):
     def _show_device_metric(self, label: str) -> None:
         self.device_plot.remove_curves()
         item = self.device_plot.getPlotItem()
-        item.setTitle(label or "Device")
+        many = len(self.traces) > 1
+        # overlaid runs: one legend entry per run (its colour); the line styles are told in the title
+        key_text = {True: " · solid host, dashed run's processes", False: " · GPU 0 solid, 1 dashed, 2 dotted"}
+        item.setTitle((label or "Device") + (key_text[label not in DEVICE_METRICS] if many else ""))
         styles = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)
         for trace in self.traces.values():
-            many = len(self.traces) > 1
             # a multi-node run's curves are named by node: "node 1 GPU 0 …", "node 1 host CPU %"
             key = (lambda node, t=trace: f"{t.run_id}:node{node}:") if trace.multinode else (lambda node, t=trace: f"{t.run_id}:")
             who = (lambda node: f"node {node} ") if trace.multinode else (lambda node: "")
@@ -352,7 +354,8 @@ class Dashboard(QWidget):
                     # one colour per run when overlaid (GPUs by line style), one per GPU otherwise
                     self.device_plot.add_curve(f"{key(node)}gpu{gpu}", trace.device[metric, gpu, node].smooth, text,
                                                trace.color if many else PALETTE[i % len(PALETTE)],
-                                               style=styles[i % len(styles)] if many else Qt.PenStyle.SolidLine)
+                                               style=styles[i % len(styles)] if many else Qt.PenStyle.SolidLine,
+                                               legend=not many or i == 0)
             else:
                 nodes = sorted({node for _, gpu, node in trace.device if gpu < 0})
                 for node in nodes:
@@ -361,7 +364,7 @@ class Dashboard(QWidget):
                             color = trace.color if many else PALETTE[(i + 1 + 2 * node) % len(PALETTE)]
                             self.device_plot.add_curve(f"{key(node)}{metric}", trace.device[metric, -1, node].smooth,
                                                        self._label(trace, f"{who(node)}{text}"), color,
-                                                       style=styles[i])
+                                                       style=styles[i], legend=not many or (i, node) == (0, nodes[0]))
 
     def set_x_axis(self, x_axis: str) -> None:
         """Step, elapsed seconds (since each run's start) or wall clock, for all plots."""
