@@ -292,3 +292,23 @@ def test_a_longer_name_or_step_widens_its_column(qtbot, tmp_path):
     table.model.update_run(dataclasses.replace(store.get_run("s"), last_step=123456789, total_steps=987654321))
     assert view.columnWidth(step) > metrics.horizontalAdvance("123456789/987654321")
     store.close()
+
+
+def test_import_from_ssh_config_lets_the_user_choose(window, qtbot, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gate\n  HostName gate.example.org\n  User ana\n\n"
+                      "Host inner\n  HostName 10.1.0.7\n  ProxyJump gate\n\n"
+                      "Host unwanted\n  HostName unwanted.example.org\n\n"
+                      "Host old\n  HostName old.example.org\n  ProxyCommand nc %h %p\n")
+    dialog = window.hosts_panel.import_ssh(str(config))
+    qtbot.waitUntil(dialog.isVisible)
+    assert sorted(dialog.chosen()) == ["gate", "inner", "unwanted"]  # every importable one ticked
+    skipped = dict(dialog.skipped)
+    assert list(skipped) == ["old"] and "ProxyCommand" in skipped["old"]  # no "*: a wildcard pattern"
+    dialog.list.item([dialog.list.item(r).data(Qt.ItemDataRole.UserRole)
+                      for r in range(dialog.list.count())].index("unwanted")).setCheckState(Qt.CheckState.Unchecked)
+    dialog.import_button.click()
+    qtbot.waitUntil(lambda: "inner" in window.hosts.names())
+    assert "gate" in window.hosts.names() and "unwanted" not in window.hosts.names()
+    assert window.hosts.get("inner").proxy_jump == ["gate"]
+    assert window.hosts_panel.item("inner") is not None

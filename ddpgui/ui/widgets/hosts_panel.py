@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from ddpgui.core.hosts import LOCAL, HostError, HostStore
 
 from ..dialogs.host_edit import HostEditDialog
+from ..dialogs.ssh_import import SshImportDialog
 
 STATUS_COLORS = {"unknown": "#9aa0a6", "checking": "#4c8df6", "reachable": "#34a853", "busy": "#f29900",
                  "error": "#d93025"}
@@ -238,14 +239,20 @@ class HostsPanel(QWidget):
         self.reload(LOCAL)
         self.hosts_changed.emit()
 
-    def import_ssh(self) -> None:
+    def import_ssh(self, path: str | None = None) -> SshImportDialog | None:
+        """The import dialog over ~/.ssh/config (or ``path``; opened, returned); Import adds the ticked aliases."""
         try:
-            report = self.hosts.import_ssh_config()
+            dialog = SshImportDialog(self.hosts, path, parent=self)
         except (OSError, HostError) as exc:
-            QMessageBox.warning(self, "Import failed", str(exc))
-            return
-        self.reload()
+            QMessageBox.warning(self, "Import failed", f"Cannot read ~/.ssh/config: {exc}")
+            return None
+        dialog.accepted.connect(lambda: self._imported(*dialog.import_chosen()))
+        dialog.open()
+        return dialog
+
+    def _imported(self, added: list[str], refused: list[tuple[str, str]]) -> None:
+        self.reload(added[0] if added else None)
         self.hosts_changed.emit()
-        skipped = "\n".join(f"  {pattern}: {why}" for pattern, why in report.skipped)
-        QMessageBox.information(self, "Imported from ~/.ssh/config",
-                                f"Added: {', '.join(report.added) or 'none'}" + (f"\nSkipped:\n{skipped}" if skipped else ""))
+        if refused:
+            QMessageBox.warning(self, "Some hosts not imported", f"Added: {', '.join(added) or 'none'}\nNot added:\n"
+                                + "\n".join(f"  {name}: {why}" for name, why in refused))
