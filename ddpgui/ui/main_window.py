@@ -46,6 +46,15 @@ from .workers import WorkerPool
 IDLE_MINUTES_DEFAULT = 15
 
 
+def _ids(value) -> list[str]:
+    """Run ids saved as a JSON list (nothing when missing or unreadable)."""
+    try:
+        ids = json.loads(value) if value else []
+    except (TypeError, ValueError):
+        return []
+    return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
 class MainWindow(QMainWindow):
     def __init__(self, store: RunStore | None = None, hosts: HostStore | None = None,
                  settings: QSettings | None = None, manager: RunManager | None = None,
@@ -150,6 +159,19 @@ class MainWindow(QMainWindow):
         self.dashboard.set_x_axis(str(self.settings.value("plots/x_axis", "step")))
         self.hosts_panel.reload(self.settings.value("hosts/last", "local"))
         self._host_selected(self.hosts_panel.current())
+        self._restore_view()
+
+    def _restore_view(self) -> None:
+        """The selected runs (the current one first), the comparison's runs and the tab of the last session;
+        runs deleted since are left out."""
+        known = {r.id for r in self.runs_table.model.runs}
+        selected = [r for r in _ids(self.settings.value("runs/selected")) if r in known]
+        if selected:
+            self.runs_table.select_runs(selected)
+        compared = [r for r in _ids(self.settings.value("compare/runs")) if r in known]
+        if compared:
+            self.compare.set_runs(compared)
+        self.tabs.setCurrentIndex(int(self.settings.value("window/tab", 0) or 0))
 
     def _save_settings(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
@@ -159,6 +181,9 @@ class MainWindow(QMainWindow):
         self.settings.setValue("plots/smoothing", self.dashboard.smoothing.value())
         self.settings.setValue("plots/log_y", self.dashboard.log_y.isChecked())
         self.settings.setValue("plots/x_axis", self.dashboard.x_axis)
+        self.settings.setValue("window/tab", self.tabs.currentIndex())
+        self.settings.setValue("runs/selected", json.dumps(list(self.dashboard.run_ids)))
+        self.settings.setValue("compare/runs", json.dumps(list(self.compare.run_ids)))
         self.settings.sync()
 
     def _update_prices(self) -> None:

@@ -312,3 +312,35 @@ def test_import_from_ssh_config_lets_the_user_choose(window, qtbot, tmp_path):
     assert "gate" in window.hosts.names() and "unwanted" not in window.hosts.names()
     assert window.hosts.get("inner").proxy_jump == ["gate"]
     assert window.hosts_panel.item("inner") is not None
+
+
+def test_a_restart_restores_the_selected_runs_the_tab_and_the_comparison(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from ddpgui.core.hosts import HostStore
+    from ddpgui.core.store import RunStore
+    from ddpgui.ui.main_window import MainWindow
+
+    def open_window():
+        settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        win = MainWindow(store=RunStore(tmp_path / "runs.db"), hosts=HostStore(tmp_path / "hosts.json"),
+                         settings=settings)
+        qtbot.addWidget(win)
+        win.show()
+        return win
+
+    first = open_window()
+    for run_id in ("r1", "r2", "r3"):
+        first.store.create_run(run_id, name=f"run {run_id}", hosts=["local"], config={"steps": 5}, state="finished")
+    first.runs_table.model.reload()
+    first.runs_table.select_runs(["r2", "r3"])
+    first.compare.set_runs(["r1", "r3"])
+    first.tabs.setCurrentWidget(first.compare)
+    assert first.dashboard.run_ids == ["r2", "r3"]
+    first.close()
+    second = open_window()
+    assert second.tabs.currentWidget() is second.compare
+    assert second.dashboard.run_ids == ["r2", "r3"]
+    assert sorted(second.runs_table.selected_ids()) == ["r2", "r3"]
+    assert second.compare.run_ids == ["r1", "r3"]
+    second.close()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -272,6 +272,19 @@ class RunsTable(QWidget):
             index = self.proxy.mapFromSource(self.model.index(row, 0))
             self.view.selectRow(index.row())
             self.view.setCurrentIndex(index)
+
+    def select_runs(self, run_ids: list[str]) -> None:
+        """Select these runs (the first one current); ids not in the table are left out."""
+        rows = [self.model.row_of(r) for r in run_ids]
+        indexes = [self.proxy.mapFromSource(self.model.index(row, 0)) for row in rows if row >= 0]
+        indexes = [i for i in indexes if i.isValid()]
+        if not indexes:
+            return
+        selection = self.view.selectionModel()
+        flags = QItemSelectionModel.SelectionFlag
+        selection.setCurrentIndex(indexes[0], flags.ClearAndSelect | flags.Rows)
+        for index in indexes[1:]:
+            selection.select(index, flags.Select | flags.Rows)
 
     def _current(self, current, _previous) -> None:
         if current.isValid():
