@@ -67,7 +67,8 @@ def _texts_inside(fig):
         for axis in (ax.xaxis, ax.yaxis):
             lo, hi = sorted(axis.get_view_interval())
             eps = 1e-9 * max(1.0, abs(hi - lo))
-            undrawn |= {id(t.label1) for t in axis.get_major_ticks() if not lo - eps <= t.get_loc() <= hi + eps}
+            ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+            undrawn |= {id(t.label1) for t in ticks if not lo - eps <= t.get_loc() <= hi + eps}
     out = []
     for t in fig.findobj(matplotlib.text.Text):
         if not t.get_visible() or not t.get_text().strip() or id(t) in undrawn:

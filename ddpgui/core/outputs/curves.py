@@ -42,13 +42,25 @@ def _num(v: float) -> str:
 
 def draw_loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int, notes: Notes,
               individual: bool = True) -> str:
-    """Each group's mean loss with its shaded 95% interval (where n ≥ 2); each run faintly under it."""
+    """Each group's mean loss with its shaded 95% interval (where n ≥ 2); each run faintly under it.
+
+    The y axis spans the drawn runs and means (log when they span more than ×10): with two
+    repeats t(0.975, 1) = 12.7 makes the interval far wider than the runs, and it is cut at the
+    axes rather than squeezing the curves; curves.csv holds it whole.
+    """
     curves = load_curves(comparison, store)
     means = [c for c in group_curves(comparison, curves, x) if len(c.x)]
     if not means:
         return "no run logged a loss"
     lo = min(float(np.nanmin(c.x)) for c in means)
     hi = max(float(np.nanmax(c.x)) for c in means)
+    low = min(float(np.nanmin(c.mean)) for c in means)
+    high = max(float(np.nanmax(c.mean)) for c in means)
+    log = low > 0 and high > 10 * low  # decided by the means
+    if individual:  # the y range is the data's (runs and means): a wide interval (n = 2) runs off the edges
+        drawn = [curves[r].loss for c in means for r in comparison.group(c.key).run_ids if r in curves]
+        low = min([low] + [float(np.min(y)) for y in drawn if len(y)])
+        high = max([high] + [float(np.max(y)) for y in drawn if len(y)])
     index = {g.key: i for i, g in enumerate(comparison.groups)}
     for c in means:
         style = Style(index[c.key])
@@ -59,21 +71,31 @@ def draw_loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int,
                 if run is not None and len(run.step):
                     px, py = envelope(run.step if x == "step" else run.time, run.loss, columns, lo, hi)
                     ax.plot(px, py, color=style.color, linewidth=0.5, alpha=0.3, zorder=1)
-        _draw_mean(ax, c, style, columns, lo, hi, group.n)
+        _draw_mean(ax, c, style, columns, lo, hi, group.n, low / 2 if log else None)
     ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel("training loss")
     ax.set_title("loss (mean ± 95% CI over repeats)" if any(comparison.group(c.key).n > 1 for c in means)
                  else "loss")
     ax.set_xlim(lo, hi)
-    low = min(float(np.nanmin(c.mean)) for c in means)
-    if low > 0 and max(float(np.nanmax(c.mean)) for c in means) > 10 * low:
+    if log and low > 0:
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("log")
+        ax.set_ylim(low / 1.15, high * 1.15)
+        plain = FuncFormatter(lambda v, _: f"{v:.3g}")  # "0.5", "2", not "2 × 10⁰"
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.3g}" if f"{v:.0e}"[0] in "25" else ""))
+    else:
+        pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+        ax.set_ylim(low - pad, high + pad)
     notes.shared = shared_settings(comparison)
     outside_legend(ax)
     return ""
 
 
-def _draw_mean(ax, c: MeanCurve, style: Style, columns: int, lo: float, hi: float, n: int) -> None:
+def _draw_mean(ax, c: MeanCurve, style: Style, columns: int, lo: float, hi: float, n: int,
+               floor: float | None) -> None:
+    """The mean line and its band; ``floor``: a log axis's band bottom where the interval reaches zero."""
     ok = np.isfinite(c.x) & np.isfinite(c.mean)
     label = c.label if n == 1 else f"{c.label} (n={n})"
     px, py = envelope(c.x[ok], c.mean[ok], columns, lo, hi)
@@ -81,5 +103,6 @@ def _draw_mean(ax, c: MeanCurve, style: Style, columns: int, lo: float, hi: floa
             markevery=max(1, len(px) // MARKERS_PER_CURVE), label=label, zorder=3)
     band = ok & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
     if band.any():
-        ax.fill_between(c.x, c.ci_lo, c.ci_hi, where=band, color=style.color, alpha=0.25, linewidth=0,
+        bottom = c.ci_lo if floor is None else np.maximum(c.ci_lo, floor)
+        ax.fill_between(c.x, bottom, c.ci_hi, where=band, color=style.color, alpha=0.2, linewidth=0,
                         zorder=2, interpolate=False)

@@ -312,8 +312,8 @@ def _scaling(ax, comparison: Comparison, notes: Notes) -> str:
     ax.set_ylim(bottom=0)
     unit = comparison.groups[0].runs[0].throughput_unit
     ax.set_xlabel("processes (GPUs)")
-    ax.set_ylabel(f"steady throughput ({unit})")
-    ax.set_title("scaling (mean ± 95% CI)")
+    ax.set_ylabel(unit)
+    ax.set_title("scaling: steady throughput (mean ± 95% CI)")
     ax.set_xlim(min(sizes) - 0.3 * (max(sizes) - min(sizes)), max(sizes) + 0.3 * (max(sizes) - min(sizes)))
     notes.shared = shared_settings(comparison)
     # outside the axes (below): never over the data
