@@ -344,3 +344,11 @@ def test_a_restart_restores_the_selected_runs_the_tab_and_the_comparison(qtbot, 
     assert sorted(second.runs_table.selected_ids()) == ["r2", "r3"]
     assert second.compare.run_ids == ["r1", "r3"]
     second.close()
+
+
+def test_an_unticked_advanced_box_is_its_title_alone(window, qtbot):
+    panel = window.launch_panel
+    panel.advanced.setChecked(False)
+    qtbot.waitUntil(lambda: panel.advanced.height() < 2 * panel.advanced.fontMetrics().height() + 6)  # no empty frame
+    panel.advanced.setChecked(True)
+    qtbot.waitUntil(lambda: panel.advanced.height() > panel.optimizer.height() * 4)

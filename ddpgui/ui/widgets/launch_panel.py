@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QMargins, Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
@@ -125,8 +125,8 @@ class LaunchPanel(QWidget):
         self.warmup = QSpinBox(minimum=0, maximum=10 ** 6, value=5)
         self.env = QPlainTextEdit(placeholderText="NAME=value, one per line", maximumHeight=60)
         self.advanced_body = QWidget(self.advanced, objectName="advanced_body", visible=False)
-        QVBoxLayout(self.advanced).addWidget(self.advanced_body)  # shown/hidden whole: never child by child
-        (adv := QFormLayout(self.advanced_body)).setContentsMargins(0, 0, 0, 0)
+        QVBoxLayout(self.advanced, contentsMargins=QMargins()).addWidget(self.advanced_body)  # shown/hidden whole
+        adv = QFormLayout(self.advanced_body)
         for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
