@@ -97,10 +97,12 @@ def test_while_compiling_the_header_says_so_and_a_new_run_starts_with_clear_plot
     text = board.stats.text()
     assert text.startswith("compiling · 00:1"), text
     assert "step 0" not in text and "ETA" not in text
+    assert board.loss_plot.placeholder.isVisible() and board.rate_plot.placeholder.isVisible()  # no old axes
     board.on_update(RunUpdate("new", records={"events.jsonl": [dict(events[start + 1], t=events[start + 1]["t"] + shift)],
                                               "metrics.jsonl": _recorded("metrics.jsonl")[:5]}))
     board.redraw()
     assert board.stats.text().startswith("step 5/30"), board.stats.text()
+    assert not board.loss_plot.placeholder.isVisible()
 
 
 def test_the_smoothing_control_smooths_throughput_and_device_curves(board, store):

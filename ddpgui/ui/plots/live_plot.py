@@ -134,7 +134,9 @@ class LivePlot(pg.PlotWidget):
         self._wall_clock = False
         self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=Qt.PenStyle.DashLine))
         self._readout = pg.TextItem(anchor=(0, 1), color="#888")
-        for overlay in (self._vline, self._readout):
+        #: Said in the empty plot (no points yet: a run starting or compiling); hidden once a curve has points.
+        self.placeholder = pg.TextItem("waiting for the first points", anchor=(0.5, 0.5), color="#888")
+        for overlay in (self._vline, self._readout, self.placeholder):
             overlay.setVisible(False)
             item.addItem(overlay, ignoreBounds=True)
         self._mouse = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=20, slot=self._on_mouse)
@@ -205,6 +207,11 @@ class LivePlot(pg.PlotWidget):
         """Give the changed curves (all of them after a pan, zoom or resize) their envelope for the view."""
         if self._drawing or not (self._dirty or self._view_moved):
             return
+        empty = bool(self.curves) and not any(len(buffer) for _, buffer in self.curves.values())
+        if empty:
+            (x0, x1), (y0, y1) = self.getPlotItem().getViewBox().viewRange()
+            self.placeholder.setPos((x0 + x1) / 2, (y0 + y1) / 2)
+        self.placeholder.setVisible(empty)
         self._drawing = True
         try:
             for _ in range(2):  # a second pass when the new data moved an auto-ranged view

@@ -20,8 +20,9 @@ CPU_METRICS = {"cpu_pct": "host CPU %", "proc_cpu_pct": "run's processes CPU %"}
 
 
 def alpha_of(slider_value: int) -> float:
-    """Slider 0 (no smoothing) .. 99 (heavy) → EMA weight of the newest point."""
-    return max(0.005, 1.0 - slider_value / 100.0)
+    """Slider 0 (no smoothing) .. 99 (heavy) → EMA weight of the newest point: (1 - v/100)², so the middle of the
+    slider already averages about a dozen points (per-step throughput is noisy) and its end thousands."""
+    return max(1e-4, (1.0 - slider_value / 100.0) ** 2)
 
 
 class RunTrace:
