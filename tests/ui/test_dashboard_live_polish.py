@@ -149,7 +149,8 @@ def test_ticks_wall_clock_in_whole_seconds_and_log_ticks_all_as_powers_of_ten():
     left = NumberAxis("left")
     left.setLogMode(False, True)
     assert left.logTickStrings([-5.0, -4.0, -3.0], 1.0, 1.0) == ["10⁻⁵", "10⁻⁴", "10⁻³"]
-    assert left.logTickStrings([-4.3], 1.0, 0.1) == [""]
+    assert left.logTickStrings([-4.3, -4.0], 1.0, 0.1) == ["", "10⁻⁴"]
+    assert left.logTickStrings([-0.5, -0.3], 1.0, 0.1) == ["3.2×10⁻¹", "5×10⁻¹"]  # within a decade: m×10ᵏ
     plain = NumberAxis("bottom")
     assert plain.tickStrings([0.0, 200.0, 400.0], 1.0, 200.0) == ["0", "200", "400"]
 

@@ -17,6 +17,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog
 
+from ddpgui.core.runs.live import format_number
+
 from .buffer import SeriesBuffer
 
 PALETTE = ("#4c8df6", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
@@ -69,11 +71,16 @@ class NumberAxis(pg.AxisItem):
         return super().tickStrings(values, scale, spacing)
 
     def logTickStrings(self, values, scale, spacing):  # noqa: N802
-        out = []
-        for v in np.asarray(values, dtype=float) + math.log10(scale or 1.0):
-            k = round(v)
-            out.append(f"10{str(k).translate(SUPERSCRIPT)}" if abs(v - k) < 1e-6 else "")
-        return out
+        """Decades as 10ᵏ (other ticks unlabelled); within less than a decade every tick as m×10ᵏ."""
+        logs = np.asarray(values, dtype=float) + math.log10(scale or 1.0)
+        whole = [abs(v - round(v)) < 1e-6 for v in logs]
+        if any(whole):
+            return [power_of_ten(round(v)) if w else "" for v, w in zip(logs, whole)]
+        return [f"{10 ** (v - math.floor(v)):.2g}×{power_of_ten(math.floor(v))}" for v in logs]
+
+
+def power_of_ten(k: int) -> str:
+    return f"10{str(k).translate(SUPERSCRIPT)}"
 
 
 class OutsideLegend(pg.LegendItem):
@@ -310,9 +317,10 @@ class LivePlot(pg.PlotWidget):
             if not curve.isVisible() or not len(buffer) or not curve.name():
                 continue
             i = min(len(buffer) - 1, int(buffer.x.searchsorted(point.x())))
-            parts.append(f"{curve.name()}: {buffer.y[i]:.4g}")
+            parts.append(f"{curve.name()}: {format_number(buffer.y[i], 4)}")
         self._vline.setPos(point.x())
-        self._readout.setText(f"x={point.x():.4g}  " + "  ".join(parts))
+        x = time.strftime("%H:%M:%S", time.localtime(point.x())) if self._wall_clock else format_number(point.x(), 4)
+        self._readout.setText(f"x={x}  " + "  ".join(parts))
         self._readout.setPos(point.x(), point.y())
         self._vline.setVisible(True)
         self._readout.setVisible(True)
