@@ -120,6 +120,18 @@ def test_bar_labels_name_what_differs_and_the_rest_goes_under_the_axes(store):
     assert "¹ n/a: " in footer and "warm-up" in footer
 
 
+def test_a_value_over_fewer_runs_than_its_group_says_so(store):
+    for run_id, s, steps in (("a0", SHORT[0], STEPS), ("a1", SHORT[0], STEPS), ("b0", SHORT[1], STEPS),
+                             ("b1", SHORT[1], 3)):
+        store_run(store, run_id, dict(s, seed=int(run_id[1])), _metrics(100.0, 1, 0.5, steps), environment=ENV)
+    comparison = analysis.compute_comparison(store, None, ["a0", "a1", "b0", "b1"], "a0").comparison
+    with matplotlib.rc_context(figures.RC):
+        fig, _ = figures.draw_figure(comparison, store, "throughput", "single", dpi=100)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["fp32\nn=2", "bf16\nn=1 of 2¹"]
+    assert "¹ n/a: 1 of 2 runs have no value" in fig._supxlabel.get_text()
+
+
 def test_long_labels_become_keys_with_a_key_table(store):
     comparison = _compare(store, LONG, [100.0, 250.0, 120.0, 80.0], [0.3, 0.5, 0.4, 0.2])
     with matplotlib.rc_context(figures.RC):
@@ -166,6 +178,28 @@ def test_mean_curve_by_hand():
     assert mean_curve([a, b], "time").x.tolist() == [0.0, 2.0, 2.0]  # the mean of the runs' times at each step
     one = mean_curve([a], "step")
     assert one.mean.tolist() == [1.0, 2.0, 3.0] and np.isnan(one.ci_lo).all()
+
+
+def test_band_envelope_covers_every_point_of_its_column():
+    from ddpgui.core.outputs.curves import band_envelope
+
+    rng = np.random.default_rng(3)
+    x = np.arange(10_000, dtype=float)
+    mid = np.sin(x / 500)
+    low, high = mid - rng.random(10_000), mid + rng.random(10_000)
+    valid = np.ones(10_000, bool)
+    valid[4000:4100] = False
+    bx, blo, bhi = band_envelope(x, low, high, valid, 100, 0.0, 9999.0)
+    assert len(bx) == 100
+    col = np.minimum((x / 9999.0 * 100).astype(int), 99)
+    for k in (0, 17, 41, 99):
+        mine = (col == k) & valid
+        assert blo[k] == low[mine].min() and bhi[k] == high[mine].max()
+    assert np.isnan(blo[40]) and np.isnan(bhi[40])  # a column without an interval: a gap in the band
+    small = band_envelope(x[:50], low[:50], high[:50], valid[:50], 100, 0.0, 49.0)
+    assert (small[1] == low[:50]).all()  # few points: drawn whole
+    gap = band_envelope(x[3990:4110], low[3990:4110], high[3990:4110], valid[3990:4110], 100, 3990.0, 4109.0)
+    assert np.isnan(gap[1][10:110]).all() and np.isfinite(gap[1][:10]).all()
 
 
 def test_export_writes_curves_csv_with_the_repeats(store, tmp_path):

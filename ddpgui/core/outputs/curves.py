@@ -103,6 +103,25 @@ def _draw_mean(ax, c: MeanCurve, style: Style, columns: int, lo: float, hi: floa
             markevery=max(1, len(px) // MARKERS_PER_CURVE), label=label, zorder=3)
     band = ok & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
     if band.any():
-        bottom = c.ci_lo if floor is None else np.maximum(c.ci_lo, floor)
-        ax.fill_between(c.x, bottom, c.ci_hi, where=band, color=style.color, alpha=0.2, linewidth=0,
+        bx, blo, bhi = band_envelope(c.x, c.ci_lo, c.ci_hi, band, columns, lo, hi)
+        bottom = blo if floor is None else np.maximum(blo, floor)
+        ax.fill_between(bx, bottom, bhi, where=np.isfinite(blo), color=style.color, alpha=0.2, linewidth=0,
                         zorder=2, interpolate=False)
+
+
+def band_envelope(x: np.ndarray, low: np.ndarray, high: np.ndarray, valid: np.ndarray, columns: int, lo: float,
+                  hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A band reduced to ``columns`` pixel columns: per column its lowest low and highest high (never narrower).
+
+    Points outside ``valid`` (no interval) become NaN, so the band has gaps there.
+    """
+    low, high = np.where(valid, low, np.nan), np.where(valid, high, np.nan)
+    if len(x) <= 4 * columns or (np.diff(x) < 0).any():
+        return x, low, high
+    span = hi - lo if hi > lo else 1.0
+    col = np.clip(((x - lo) / span * columns).astype(np.int64), 0, columns - 1)
+    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
+    with np.errstate(invalid="ignore"):
+        blo = np.fmin.reduceat(low, starts)
+        bhi = np.fmax.reduceat(high, starts)
+    return x[starts], blo, bhi

@@ -205,9 +205,11 @@ def group_key(i: int) -> str:
 
 
 def _bars(ax, comparison: Comparison, values: list[float | None], errors: list, reasons: list[str], ylabel: str,
-          title: str, notes: Notes) -> str:
-    """Bars with error bars; a group without a value gets "n/a" with a footnote mark at the axis."""
+          title: str, notes: Notes, counts: list[int] | None = None) -> str:
+    """Bars with error bars; a group without a value gets "n/a" with a footnote mark at the axis, one whose
+    value counts fewer runs (``counts``) than it has says "n=1 of 2" with the reason as a footnote."""
     groups = comparison.groups
+    counts = counts or [g.n for g in groups]
     if all(v is None for v in values):
         return ""
     inches = ax.figure.get_figwidth()
@@ -223,6 +225,9 @@ def _bars(ax, comparison: Comparison, values: list[float | None], errors: list, 
         ax.bar(pos[i], v, color=style.color, hatch=style.hatch, edgecolor="black", linewidth=0.5,
                yerr=None if e is None else np.array(e, float).reshape(2, 1), capsize=2.5,
                error_kw={"elinewidth": 0.7, "capthick": 0.7})
+    for i, (v, why) in enumerate(zip(values, reasons)):
+        if v is not None and why and counts[i] != groups[i].n:  # a value over fewer runs than the group has
+            labels[i] = labels[i].replace(f"n={groups[i].n}", f"n={counts[i]} of {groups[i].n}{notes.footnote(why)}")
     ax.set_xticks(pos, labels)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.set_ylim(bottom=0)
@@ -236,7 +241,8 @@ def _estimate_bars(ax, comparison: Comparison, metric: str, ylabel: str, title: 
     estimates = [comparison.groups[i].metrics[metric] for i in range(len(comparison.groups))]
     values = [None if e.mean is None else e.mean * scale for e in estimates]
     errors = [None if e.ci95 is None else (e.ci95 * scale, e.ci95 * scale) for e in estimates]
-    drawn = _bars(ax, comparison, values, errors, [e.reason for e in estimates], ylabel, title, notes)
+    counts = [e.n if e.over == "repeats" else g.n for e, g in zip(estimates, comparison.groups)]
+    drawn = _bars(ax, comparison, values, errors, [e.reason for e in estimates], ylabel, title, notes, counts)
     if not drawn:
         return "; ".join(sorted({e.reason for e in estimates if e.reason})) or f"no {metric}"
     return ""
