@@ -188,6 +188,9 @@ def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
     assert (c["Processes"], g["Processes"], n["Processes"]) == ("2 × CPU", "4 × GPU", "4")
     assert c["Host"] == "This computer" and g["Host"] == "box" and n["Host"] == "box + other"
     assert c["Name"] == d["Name"] and c["Started"] and d["Started"] and c["Started"] != d["Started"]
+    table.find.setText("this computer")  # the filter finds what the Host column shows
+    assert table.proxy.rowCount() == 2
+    table.find.setText("")
     stop = lambda ids: table.context_menu(ids).findChild(QAction, "run_stop")  # noqa: E731
     assert not stop(["c"]).isEnabled()  # ended: nothing to stop
     assert stop(["d"]).isEnabled() and stop(["c", "d"]).isEnabled()

@@ -190,7 +190,8 @@ class RunsFilter(QSortFilterProxyModel):
             return False
         if not self.text:
             return True
-        haystack = " ".join([run.name, run.id, " ".join(run.tags), " ".join(run.hosts),
+        hosts = [LOCAL_DISPLAY_NAME if h == LOCAL else h for h in run.hosts]  # as the Host column shows them
+        haystack = " ".join([run.name, run.id, " ".join(run.tags), " ".join(run.hosts), " ".join(hosts),
                              str((run.config or {}).get("workload", ""))]).lower()
         return all(word in haystack for word in self.text.split())
 
