@@ -120,6 +120,7 @@ def store(tmp_path):
 
 def test_per_node_telemetry_state_and_logs_on_the_dashboard(qtbot, store):
     board = _two_node_board(qtbot, store)
+    board.smoothing.setValue(0)  # the raw samples (the slider smooths every series)
     board.redraw()
     for node in (0, 1):
         x, y = board.device_plot.curve_data(f"mn:node{node}:cpu_pct")
