@@ -273,10 +273,10 @@ class LaunchPanel(QWidget):
         self.limits.setToolTip(self.limits.text())
         self.nnodes.setMaximum(max(1, part.nodes) if part else MAX_NODES_UNKNOWN)
         self.nnodes_label.setText(f"of {part.nodes} in partition {part.name}" if part else
-                                  "(test the host to know the partition's nodes)")
+                                  "(Test connection to know the partition's nodes)")
         limit, what = processes_per_node(part, options)
         self.nproc.setMaximum(limit)
-        where = f"per node in partition {part.name}" if part else "per node (test the host to know)"
+        where = f"per node in partition {part.name}" if part else "per node (Test connection to know)"
         self.nproc_label.setText(f"of {limit} {what} {where}")
 
     def _pick_dir(self) -> None:
