@@ -38,13 +38,11 @@ def _launched(manager: RunManager, record: RunRecord, follow: bool) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     settings = launch_settings(args)
     with open_manager(args) as manager:
-        if args.host and not args.nodes and manager.is_slurm(args.host):
-            settings["scheduler"] = "slurm"  # its nodes' rendezvous is found when the job starts
-        elif (args.nnodes or 1) > 1:
+        if (args.nnodes or 1) > 1 and not (args.host and not args.nodes and manager.is_slurm(args.host)):
             raise CLIError(f"--nnodes {args.nnodes} is for a Slurm cluster host"
                            + (f", and {args.host} is not one" if args.host else ""),
                            "for one run across SSH hosts name them: ddpgui launch --nodes A,B (one node each)")
-        cfg = make_config(settings)
+        cfg = manager.config_for(args.host, settings) if args.host and not args.nodes else make_config(settings)
         if args.nodes:
             record = _launch_nodes(manager, args, cfg)
         elif args.host:

@@ -53,6 +53,15 @@ class RunManager:
         self.slurm = SlurmRuns(store, self.targets, lambda run_id, record: self._emit(RunUpdate(run_id, run=record)),
                                self._announce_end, self.follow, self._drop_follow)
 
+    def config_for(self, host: str, settings: dict | RunConfig) -> RunConfig:
+        """The validated config of a run on ``host``: on a Slurm cluster a job (``scheduler`` slurm), whose nodes'
+        rendezvous the job finds itself, so several nodes need no endpoint yet."""
+        if not self.is_slurm(host):
+            return settings if isinstance(settings, RunConfig) else make_config(settings)
+        if isinstance(settings, RunConfig):
+            return dataclasses.replace(settings, scheduler="slurm")
+        return make_config(dict(settings, scheduler="slurm"))
+
     def is_slurm(self, host: str) -> bool:
         """Whether ``host`` is a Slurm cluster (runs there are jobs: ddpgui.core.runs.slurm_runs)."""
         try:
@@ -78,14 +87,12 @@ class RunManager:
     def launch(self, host: str, settings: dict | RunConfig, progress: Progress | None = None,
                follow: bool = True, sweep_id: str | None = None) -> RunRecord:
         """Deploy, write the config and start the run detached; the run is in the store from the start."""
+        cfg = self.config_for(host, settings)
         if self.is_slurm(host):  # one Slurm job, on as many nodes as the run asks for
-            cfg = dataclasses.replace(settings, scheduler="slurm") if isinstance(settings, RunConfig) \
-                else make_config(dict(settings, scheduler="slurm"))
             record = self.slurm.launch(host, cfg, progress, sweep_id)
             if follow:
                 self.follow(cfg.run_id)
             return record
-        cfg = settings if isinstance(settings, RunConfig) else make_config(settings)
         if cfg.nnodes > 1:
             raise ConfigError("nnodes", f"a run on {cfg.nnodes} nodes is launched on as many hosts: use launch_nodes "
                                         "(ddpgui launch --nodes A,B)")
@@ -264,7 +271,7 @@ class RunManager:
     def _stop_slurm_job(self, record: RunRecord, nodes: list[int]) -> None:
         """A node of a Slurm run failed: end the job, so the other nodes end now, recording why."""
         try:
-            self.slurm.cancel_after_failure(record, float(record.config.get("stop_grace_s") or 10.0))
+            self.slurm.cancel_after_failure(record)
         except (TargetError, KeyError) as exc:
             log.warning("run %s: %s", record.id, exc)
 
@@ -296,7 +303,7 @@ class RunManager:
                 self._announce_end(run_id, 0, record)
             return record
         if self.is_slurm(record.host) and (record.environment or {}).get("slurm"):
-            return self.slurm.stop(record, float(record.config.get("stop_grace_s") or 10.0))
+            return self.slurm.stop(record)
         if len(record.run_dirs) > 1:  # every node at once: none outlives the others long enough to fail
             multinode.stop_nodes(self.targets, record, list(record.run_dirs))
             status = {"state": "stopped"}

@@ -319,18 +319,19 @@ class SlurmRuns:
         self.poll_now(record.host)
         return None
 
-    def stop(self, record: RunRecord, grace_s: float) -> RunRecord:
+    def stop(self, record: RunRecord) -> RunRecord:
         """scancel: a queued job at once; a running one with SIGTERM first (ranks flush, nodes record the stop),
-        then for good once ``grace_s`` (+ a margin) has passed."""
-        return self._cancel(self._update_slurm(record.id, {"stop_requested": time.time()}), grace_s)
+        then for good once the run's ``stop_grace_s`` (+ a margin) has passed."""
+        return self._cancel(self._update_slurm(record.id, {"stop_requested": time.time()}))
 
-    def cancel_after_failure(self, record: RunRecord, grace_s: float) -> RunRecord:
+    def cancel_after_failure(self, record: RunRecord) -> RunRecord:
         """A node failed while others run: end the job the same way (a node whose machine died never ends by
         itself, and Slurm keeps the job running while its slurmd lives); the failure stays the run's cause."""
-        return self._cancel(self._update_slurm(record.id, {"failure_cancel": time.time()}), grace_s)
+        return self._cancel(self._update_slurm(record.id, {"failure_cancel": time.time()}))
 
-    def _cancel(self, record: RunRecord, grace_s: float) -> RunRecord:
+    def _cancel(self, record: RunRecord) -> RunRecord:
         job_id = slurm_of(record)["job_id"]
+        grace_s = float(record.config.get("stop_grace_s") or 10.0)
         target = self.targets.target(record.host)
         info = target.jobs([job_id]).get(job_id)
         if info is not None and info.state in LIVE:

@@ -22,7 +22,6 @@ from remote_runner.config import ConfigError
 from remote_runner.status import FINAL_STATES
 
 from ..errors import describe
-from ..runs.config import make_config
 from ..runs.manager import RunManager, RunUpdate
 from ..store import CELL_FINAL_STATES, RunNotFound, RunRecord, SweepCell, SweepRecord
 from .plan import SweepSpec, plan_sweep
@@ -254,8 +253,8 @@ class SweepRunner:
         sweep = job.sweep
         tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
         try:
-            slurm = {"scheduler": "slurm"} if self.manager.is_slurm(cell.host) else {}
-            cfg = make_config({**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags, **slurm})
+            cfg = self.manager.config_for(cell.host, {**cell.settings, "name": f"{sweep.name}: {cell.label}",
+                                                      "tags": tags})
         except ConfigError as exc:  # validated when planned; a newer runner could still refuse it
             self._end_cell(job, cell, "failed", *describe(exc))
             return False
