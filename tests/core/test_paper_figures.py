@@ -272,3 +272,24 @@ def test_compare_of_real_repeats_writes_curves_csv_with_their_n(trained, tmp_pat
         half = t_quantile(1) * abs(a - b) / 2  # n = 2: s = |a − b| / √2, half-width t · s / √2
         assert float(r["ci_lo"]) == pytest.approx((a + b) / 2 - half)
         assert float(r["ci_hi"]) == pytest.approx((a + b) / 2 + half)
+
+
+def test_speedup_axis_shows_an_interval_that_reaches_below_zero(store):
+    # two repeats that disagree by 4×: t(0.975, 1) = 12.7 makes the speedup's interval reach far below zero
+    ids = []
+    for k, (s, rates) in enumerate(zip(SHORT, ([100.0, 102.0], [40.0, 160.0]))):
+        for seed, rate in enumerate(rates):
+            store_run(store, f"n{k}{seed}", dict(s, seed=seed), _metrics(rate, 10 * k + seed, 0.3), environment=ENV)
+            ids.append(f"n{k}{seed}")
+    comparison = analysis.compute_comparison(store, None, ids, ids[0]).comparison
+    low = comparison.speedup[comparison.groups[1].key].low
+    assert low < 0
+    with matplotlib.rc_context(figures.RC):
+        fig, _ = figures.draw_figure(comparison, store, "speedup", "single", dpi=100)
+    bottom, top = fig.axes[0].get_ylim()
+    assert bottom < low < 0 < 1.0 < top
+    assert any(line.get_ydata()[0] == 0.0 for line in fig.axes[0].get_lines())  # the zero line
+    # a figure whose intervals stay above zero starts at zero
+    with matplotlib.rc_context(figures.RC):
+        fig, _ = figures.draw_figure(comparison, store, "memory", "single", dpi=100)
+    assert fig.axes[0].get_ylim()[0] == 0.0

@@ -199,6 +199,17 @@ def _tick_labels(groups: list[GroupStats], inches: float, notes: Notes) -> tuple
     return [f"{k}\nn={g.n}" for k, g in zip(keys, groups)], True
 
 
+def bars_bottom(values: Sequence[float | None], errors: Sequence[tuple[float, float] | None]) -> float:
+    """Where a bar axis starts: 0, or below it (by 5% of the span) when an interval's lower end is negative:
+    the whole interval is shown, never cut at zero."""
+    lows = [v - e[0] for v, e in zip(values, errors) if v is not None and e is not None]
+    low = min([0.0] + lows)
+    if low >= 0:
+        return 0.0
+    highs = [v + (e[1] if e is not None else 0.0) for v, e in zip(values, errors) if v is not None]
+    return low - 0.05 * (max([0.0] + highs) - low)
+
+
 def group_key(i: int) -> str:
     """The short key of the i-th group: A, B, …, Z, AA, AB, …"""
     return chr(65 + i) if i < 26 else group_key(i // 26 - 1) + chr(65 + i % 26)
@@ -230,7 +241,10 @@ def _bars(ax, comparison: Comparison, values: list[float | None], errors: list, 
             labels[i] = labels[i].replace(f"n={groups[i].n}", f"n={counts[i]} of {groups[i].n}{notes.footnote(why)}")
     ax.set_xticks(pos, labels)
     ax.set_xlim(-0.6, len(groups) - 0.4)
-    ax.set_ylim(bottom=0)
+    bottom = bars_bottom(values, errors)
+    ax.set_ylim(bottom=bottom)
+    if bottom < 0:
+        ax.axhline(0.0, color="black", linewidth=0.6)
     ax.set_ylabel(ylabel)
     ax.set_title("\n".join(textwrap.wrap(title, int(inches * 72 / (7.5 * CHAR_EM)) - 4)))
     return "keyed" if keyed else "drawn"
