@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: run demo test bench system-deps clean
+.PHONY: run demo test bench gpu-check system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ run: $(VENV)/.stamp-app
 
 demo: $(VENV)/.stamp-app
 	$(PY) -m ddpgui launch local --workload mlp --nproc 2 --steps 200 --precision bf16 --compile off --follow
+
+# On a machine with an NVIDIA GPU: NCCL DDP, NVML telemetry and the host monitor, fp32/tf32/fp16/bf16, compile
+# default and max-autotune, inference fp32/fp16/bf16/int8 and MFU, under 8 minutes, one JSON file ($$OUT/gpu_check.json,
+# else .bench/gpu_check.json). It needs only a Python with torch (the venv's when there is one): a bare GPU image runs it.
+GPU_PY := $(shell test -x $(PY) && echo $(PY) || echo python3)
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 system-deps:
 	@bash .ci/system-deps

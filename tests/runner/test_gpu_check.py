@@ -1,0 +1,73 @@
+"""``make gpu-check`` (benchmarks/gpu_check.py) checked where there is no GPU: its sections, run small on the CPU
+with gloo through the real supervisor and torchrun, write the JSON the README's GPU numbers are read from."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+
+
+def _check(tmp_path, *args, timeout=600):
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path)
+    return proc, json.loads(out.read_text())
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_cpu_smoke_runs_ddp_and_inference_through_the_real_runner(tmp_path):
+    proc, report = _check(tmp_path, "--cpu-smoke", "--only", "ddp_nccl,inference")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["ok"] is True and report["smoke"] is True
+    sections = report["sections"]
+    assert set(sections) == {"probe", "ddp_nccl", "inference"}
+    ddp = sections["ddp_nccl"]["run"]
+    assert ddp["state"] == "finished" and ddp["world_size"] == 2 and ddp["backend"] == "gloo"
+    assert ddp["metrics"] >= 12 and ddp["telemetry"]["cpu_samples"] >= 1
+    rows = sections["inference"]["rows"]
+    assert set(rows) | set(sections["inference"]["unsupported"]) == {"fp32", "bf16", "int8"}
+    assert all(r["samples_per_s"] > 0 and r["latency_p50_ms"] <= r["latency_p99_ms"] for r in rows.values())
+    assert "inference fp32:" in proc.stdout and f"wrote {tmp_path / 'gpu_check.json'}" in proc.stdout
+
+
+def test_a_run_that_fails_fails_its_section_with_the_runner_s_words(tmp_path):
+    # tf32 is CUDA's: on this CPU the runner refuses it, and the section says so rather than passing
+    proc, report = _check(tmp_path, "--cpu-smoke", "--only", "precisions")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the smoke skips tf32/fp16 on a CPU
+    rows = report["sections"]["precisions"]["rows"]
+    assert set(rows) == {"fp32", "bf16"} and all(r["state"] == "finished" for r in rows.values())
+    assert all(r["steady_tokens_per_s"] > 0 and r["tflops"] > 0 for r in rows.values())
+
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.gpu_check import run_runner
+    finally:
+        sys.path.remove(str(REPO))
+    run = run_runner({"workload": "transformer", "steps": 5, "precision": "tf32", "nproc_per_node": 1,
+                      "backend": "gloo"}, 300, tmp_path)
+    assert run["state"] == "failed" and "tf32" in run["message"]
+
+
+def test_a_budget_too_small_skips_sections_and_says_why(tmp_path):
+    proc, report = _check(tmp_path, "--cpu-smoke", "--budget", "5", "--only", "inference")
+    assert proc.returncode == 0
+    for name in ("probe", "inference"):
+        assert report["sections"][name]["ok"] is None
+        assert report["sections"][name]["skipped"].startswith("time budget")
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: the check runs for real there")
+def test_without_a_gpu_the_check_says_there_is_nothing_to_check(tmp_path):
+    proc, report = _check(tmp_path)
+    assert proc.returncode == 2
+    assert report["ok"] is None and "no NVIDIA GPU" in report["reason"]
+    assert report["sections"]["probe"]["gpus"] == []
