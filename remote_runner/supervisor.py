@@ -37,6 +37,23 @@ PORT_RETRIES = 3
 SUPERVISOR_PID = "supervisor.pid"
 #: Seconds after ``launch`` wrote the first status during which a run without a supervisor pid yet is not lost.
 LAUNCH_WINDOW_S = 30.0
+#: torchrun (``python -c`` this, then torchrun's arguments), minus the Python traceback it prints when a signal
+#: ends it ("SignalException: Process N got signal: 15", a stop): it has stopped its workers by then, so one line
+#: says which signal, and it ends by that signal (its parent sees -15 for SIGTERM).  Anything else it raises (a rank
+#: that failed: ChildFailedError and its table) is printed whole, as before.
+QUIET_TORCHRUN = """\
+import os, signal, sys
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.run import main
+try:
+    main(sys.argv[1:])
+except SignalException as exc:
+    sig = signal.Signals(exc.sigval)
+    sys.stderr.write("torchrun ended by %s (pid %d): it stopped its workers\\n" % (sig.name, os.getpid()))
+    sys.stderr.flush()
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+"""
 
 
 def supervisor_pid(run_dir: str, status: Optional[dict] = None) -> Optional[int]:
@@ -124,7 +141,7 @@ class Supervisor:
         how long node 0 waits for the others to join.
         """
         cfg = self.config
-        argv = [sys.executable, "-m", "torch.distributed.run",
+        argv = [sys.executable, "-c", QUIET_TORCHRUN,
                 "--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
                 "--nproc-per-node", str(cfg.nproc_per_node)]
         if cfg.nnodes > 1:
