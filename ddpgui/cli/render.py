@@ -15,7 +15,7 @@ from .common import EXIT_FAILED, EXIT_INTERRUPTED, STATE_EXIT, terminal_text
 def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) -> int:
     """Print a live line (at most every ``line_interval_s``) until the run has ended; returns the exit code."""
     record = manager.store.get_run(run_id)
-    live = LiveRun(total_steps=record.total_steps, total_minutes=record.config.get("minutes"))
+    live = LiveRun.of_run(record)  # its elapsed time from the run's own start, as every view (run_elapsed_s)
     lock = threading.Lock()
     said = {"queue": record.message if record.state == "queued" else None}
     if record.state == "queued":
@@ -29,6 +29,8 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
                 print(f"\nconnection to {terminal_text(update.host)} lost; reconnecting", file=sys.stderr)
             return
         with lock:
+            if update.run is not None:
+                live.set_run(update.run)
             queued = update.run is not None and update.run.state == "queued"
             if queued and update.run.message != said.get("queue"):  # a Slurm job waiting, and why
                 said["queue"] = update.run.message

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from remote_runner.spools import EVENTS, FINAL_EVENTS, METRICS, TELEMETRY
+from remote_runner.status import FINAL_STATES
 
 #: Below this average GPU utilization after warm-up the input pipeline is probably the bottleneck.
 LOW_UTIL_PCT = 60.0
@@ -22,6 +23,25 @@ LOW_UTIL_PCT = 60.0
 LOW_UTIL_MIN_SAMPLES = 20
 #: The header's throughput is the mean over the intervals that ended in the last this many seconds.
 RATE_WINDOW_S = 10.0
+
+
+def run_elapsed_s(started_at: float | None, ended_at: float | None, now: float | None = None) -> float | None:
+    """A run's elapsed time, the one definition every view uses (the dashboard header, live and re-selected, the
+    runs table's Duration and Cost, ``ddpgui follow``'s line and summary): the wall time since the run started
+    (its record's ``started_at``: when its launch returned, or its queued job began) until it ended
+    (``ended_at``), or until ``now`` while it has not.  Start-up, compile and warm-up are in it: the user waited
+    for them.  None before the run started."""
+    if started_at is None:
+        return None
+    end = ended_at if ended_at is not None else (time.time() if now is None else now)
+    return max(0.0, end - started_at)
+
+
+def record_elapsed_s(run, now: float | None = None) -> float | None:
+    """:func:`run_elapsed_s` of a stored run (a RunRecord); an ended one without an end time has none."""
+    if run.ended_at is None and run.state in FINAL_STATES:
+        return None
+    return run_elapsed_s(run.started_at, run.ended_at, now)
 
 
 @dataclass
@@ -34,8 +54,11 @@ class LiveRun:
     tokens_per_s: float | None = None
     mem_peak_gib: float | None = None
     compile_s: float | None = None
-    started_t: float | None = None
+    started_t: float | None = None  # host time of the "started" event, else of the first record
     last_t: float | None = None
+    ended_t: float | None = None  # host time of the final event
+    run_started_at: float | None = None  # the run record's start and end (see run_elapsed_s), once known
+    run_ended_at: float | None = None
     first_metric: tuple[float, int] | None = None  # (t, step) of the first record, for the step rate
     state: str = "starting"
     message: str = ""
@@ -54,6 +77,20 @@ class LiveRun:
     #: Recent training intervals' ends: (host t, step, global batch or None, samples/s or None), past warm-up
     #: (the last warm-up record kept as the start of the first steady interval).
     recent: deque = field(default_factory=lambda: deque(maxlen=4096))
+
+    @classmethod
+    def of_run(cls, run) -> LiveRun:
+        """A LiveRun for the stored run ``run`` (a RunRecord): its length, then :meth:`set_run`."""
+        live = cls(total_steps=run.total_steps, total_minutes=(run.config or {}).get("minutes"))
+        live.set_run(run)
+        return live
+
+    def set_run(self, run) -> None:
+        """The run's record as stored now: its state, message, hint, summary (when it has one), start and end."""
+        self.state, self.message, self.hint = run.state, run.message, run.hint
+        if run.summary:
+            self.summary = run.summary
+        self.run_started_at, self.run_ended_at = run.started_at, run.ended_at
 
     def add_metric(self, rec: dict) -> None:
         self.step = rec.get("step", self.step)
@@ -109,6 +146,7 @@ class LiveRun:
         elif event in ("inference_summary", "inference_unsupported"):
             self.inference.append(rec)
         elif event in FINAL_EVENTS:
+            self.ended_t = rec.get("t") or self.ended_t
             self.state = event
             self.message = rec.get("message") or self.message
             self.hint = rec.get("hint") or self.hint
@@ -123,9 +161,17 @@ class LiveRun:
 
     @property
     def elapsed_s(self) -> float | None:
-        if self.started_t is None:
-            return None
-        return max(0.0, (self.last_t or time.time()) - self.started_t)
+        return self.elapsed_at()
+
+    def elapsed_at(self, now: float | None = None) -> float | None:
+        """:func:`run_elapsed_s` of the run: by its record's start and end once :meth:`set_run` gave them (the end,
+        until then, its final event's time); without a record, by its records' host times."""
+        ended = self.state in FINAL_EVENTS
+        started = self.run_started_at if self.run_started_at is not None else self.started_t
+        end = self.run_ended_at if self.run_started_at is not None else None
+        if end is None and ended:
+            end = self.ended_t if self.ended_t is not None else (self.last_t or started)
+        return run_elapsed_s(started, end, now)
 
     @property
     def length_known(self) -> bool:
@@ -205,6 +251,13 @@ class LiveRun:
                 f"bottleneck. Try more DataLoader workers, pinned memory, or a larger batch per GPU.")
 
     @property
+    def peak_mem_gib(self) -> float | None:
+        """Peak memory: the summary's (the runner's, or the stored records' highest) once there is one, else the
+        last record's."""
+        peak = self.summary.get("mem_peak_gib")
+        return peak if peak is not None else self.mem_peak_gib
+
+    @property
     def steady_samples_per_s(self) -> float | None:
         if self.summary.get("steady_samples_per_s") is not None:
             return self.summary["steady_samples_per_s"]
@@ -234,40 +287,52 @@ def _last(values: np.ndarray) -> float | None:
     return float(finite[-1]) if finite.size else None
 
 
+#: What :func:`records_summary` gives: the numbers of the runner's summary event that the stored records hold too.
+SUMMARY_KEYS = ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib")
+
+
+def records_summary(store, run_id: str) -> dict:
+    """The summary numbers (:data:`SUMMARY_KEYS`, those known) computed from the run's stored metric records, for
+    a run that has no summary event (stopped, failed, a script's): steady throughput is the mean of the records
+    past warm-up (training ones), as the live header's; the final loss the last finite one, peak memory the
+    highest."""
+    metrics = store.series(run_id, keys=("step", "loss", "samples_per_s", "tokens_per_s", "mem_peak_gib",
+                                         "warmup", "phase"))
+    out: dict = {}
+    if not metrics["step"].size:
+        return out
+    steady = (metrics["warmup"] != 1) & np.array([p != "inference" for p in metrics["phase"]], dtype=bool)
+    for key in ("samples_per_s", "tokens_per_s"):
+        values = metrics[key][steady] if metrics[key].dtype.kind == "f" else np.array([])
+        values = values[np.isfinite(values)]
+        if values.size:
+            out[f"steady_{key}"] = float(values.mean())
+    loss = metrics["loss"]
+    if loss.dtype.kind == "f" and np.isfinite(loss).any():
+        out["final_loss"], out["best_loss"] = _last(loss), float(np.nanmin(loss))
+    peaks = metrics["mem_peak_gib"]
+    if peaks.dtype.kind == "f" and np.isfinite(peaks).any():
+        out["mem_peak_gib"] = float(np.nanmax(peaks))
+    return out
+
+
 def run_summary(store, run_id: str) -> RunSummary:
     """The run's summary from its stored record, events and metrics (call it once the run's end is stored).
 
-    Elapsed time is the run's own ``ended_at - started_at`` (not when somebody looked); steps and the final
-    loss are the last stored metric record's; throughput and peak memory the runner's summary event's,
-    else the stored records' (a script's run has no summary event)."""
+    Elapsed time is :func:`record_elapsed_s` (the run's own start to end, not when somebody looked); steps are
+    the last stored metric record's; loss, throughput and peak memory the runner's summary event's, else the
+    stored records' (:func:`records_summary`: a stopped run's or a script's has no summary event)."""
     run = store.get_run(run_id)
-    metrics = store.series(run_id, keys=("step", "loss", "samples_per_s", "tokens_per_s", "mem_peak_gib",
-                                         "warmup", "phase"))
+    steps = _last(store.series(run_id, keys=("step",))["step"])
     events = store.records(run_id, EVENTS)
-    summary = dict(run.summary)
-    steps = _last(metrics["step"])
-    steady = (metrics["warmup"] != 1) & np.array([p != "inference" for p in metrics["phase"]], dtype=bool) \
-        if metrics["step"].size else np.zeros(0, dtype=bool)
-
-    def steady_mean(key: str) -> float | None:
-        if summary.get(f"steady_{key}") is not None:
-            return summary[f"steady_{key}"]
-        values = metrics[key][steady] if metrics[key].dtype.kind == "f" else np.array([])
-        values = values[np.isfinite(values)]
-        return float(values.mean()) if values.size else None
-
-    peaks = metrics["mem_peak_gib"]
-    peak = summary.get("mem_peak_gib")
-    if peak is None and peaks.dtype.kind == "f" and np.isfinite(peaks).any():
-        peak = float(np.nanmax(peaks))
+    summary = dict(records_summary(store, run_id), **{k: v for k, v in run.summary.items() if v is not None})
     compile_s = next((e.get("duration_s") for e in events if e.get("event") == "compile_end"), None)
-    elapsed = run.ended_at - run.started_at if run.ended_at and run.started_at else None
     return RunSummary(
-        state=run.state, elapsed_s=None if elapsed is None else max(0.0, elapsed),
+        state=run.state, elapsed_s=record_elapsed_s(run),
         steps=int(steps) if steps is not None else int(run.last_step or 0),
-        final_loss=summary.get("final_loss") if summary.get("final_loss") is not None else _last(metrics["loss"]),
-        steady_samples_per_s=steady_mean("samples_per_s"), steady_tokens_per_s=steady_mean("tokens_per_s"),
-        mem_peak_gib=peak, compile_s=compile_s,
+        final_loss=summary.get("final_loss"), steady_samples_per_s=summary.get("steady_samples_per_s"),
+        steady_tokens_per_s=summary.get("steady_tokens_per_s"), mem_peak_gib=summary.get("mem_peak_gib"),
+        compile_s=compile_s,
         inference=[e for e in events if e.get("event") in ("inference_summary", "inference_unsupported")],
         message=run.message, hint=run.hint)
 
@@ -341,10 +406,10 @@ def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | N
     sep = "   ·   "
     if active and live.compiling:
         return sep.join([f"compiling · {format_duration(live.compile_elapsed_s(now))}",
-                         f"elapsed {format_duration(live.elapsed_s)}"])
+                         f"elapsed {format_duration(live.elapsed_at(now))}"])
     total = f"/{live.total_steps}" if live.total_steps else ""
     parts = [f"step {live.step}{total}", f"loss {format_number(live.loss)}",
-             f"elapsed {format_duration(live.elapsed_s)}"]
+             f"elapsed {format_duration(live.elapsed_at(now))}"]
     if live.length_known:  # a script's length is unknown unless given: no ETA from a made-up total
         parts.append(f"ETA {format_duration(live.eta_s) if active else '–'}")
     window_steps, window_samples = live.window_rates if active else (None, None)
@@ -355,8 +420,8 @@ def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | N
         parts.append(format_rate(rate, "samples/s"))
     if live.compile_s is not None:
         parts.append(f"compile {live.compile_s:.1f} s")
-    if live.mem_peak_gib:
-        parts.append(f"peak mem {live.mem_peak_gib:.2f} GiB")
+    if live.peak_mem_gib:
+        parts.append(f"peak mem {live.peak_mem_gib:.2f} GiB")
     if live.mean_gpu_util is not None:
         parts.append(f"GPU {live.mean_gpu_util:.0f}% avg")
     return sep.join(parts)

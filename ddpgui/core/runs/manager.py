@@ -30,6 +30,7 @@ from ..targets.zipapp import RunnerPackage
 from . import launches, multinode
 from .config import make_config
 from .follower import FollowSink, HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate, Listener re-exported)
+from .live import records_summary
 from .multinode import Preflight
 from .nodes import failure_columns, first_failure, node_states, outcome
 from .protocol import Chunk, Heartbeat
@@ -257,7 +258,14 @@ class RunManager:
         self._announce_end(run_id, node, record)
 
     def _announce_end(self, run_id: str, node: int, record: RunRecord) -> None:
-        """Tell the listeners a run's (or node's) end, and wake every :meth:`wait`."""
+        """Tell the listeners a run's (or node's) end, and wake every :meth:`wait`.  A run that ended without the
+        runner's summary event (stopped, failed, a script's) gets the summary its stored records give
+        (:func:`~ddpgui.core.runs.live.records_summary`, ``source`` "records"): the runs table shows its
+        throughput and peak memory as its dashboard header does."""
+        if record.state in FINAL_STATES and not record.summary:
+            summary = records_summary(self.store, run_id)
+            if summary:
+                record = self.store.update_run(run_id, summary=dict(summary, source="records"))
         self._emit(RunUpdate(run_id, node, run=record))
         with self._ended:
             self._ended.notify_all()

@@ -74,8 +74,7 @@ class RunTrace:
         cfg = run.config or {}
         self.name = run.name or run.id
         self.script = cfg.get("mode") == "script"
-        self.live = LiveRun(total_steps=run.total_steps, total_minutes=cfg.get("minutes"), state=run.state,
-                            message=run.message, hint=run.hint, summary=run.summary or {})
+        self.live = LiveRun.of_run(run)  # its length, state, summary, and start and end (elapsed: run_elapsed_s)
         self.nodes = data.nodes
         if (run.environment or {}).get("gpu"):
             self.gpu_names[0, 0] = run.environment["gpu"]

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.hosts.profiles import LOCAL, LOCAL_DISPLAY_NAME
-from ddpgui.core.runs.live import format_duration, format_rate
+from ddpgui.core.runs.live import format_duration, format_rate, record_elapsed_s
 from ddpgui.core.store import RunRecord, RunStore
 from remote_runner.status import FINAL_STATES
 
@@ -59,9 +59,8 @@ def started_cell(run: RunRecord) -> str:
 
 
 def _duration(run: RunRecord) -> float | None:
-    if not run.started_at:
-        return None
-    return (run.ended_at or time.time()) - run.started_at
+    """The run's elapsed time as every view shows it (:func:`~ddpgui.core.runs.live.run_elapsed_s`)."""
+    return record_elapsed_s(run)
 
 
 class RunsModel(QAbstractTableModel):
