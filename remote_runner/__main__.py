@@ -1,6 +1,7 @@
 """Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``
 (and ``runs RUN_ROOT``, the run directories there; ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight;
-``slurm-job`` / ``slurm-node``, a run as one Slurm job: remote_runner.slurm).
+``slurm-job`` / ``slurm-node``, a run as one Slurm job: remote_runner.slurm; ``monitor``, the host's GPUs and
+processes as a JSON line every few seconds: remote_runner.gpumonitor).
 
 Each command prints JSON on stdout (``follow`` prints the framed stream of
 docs/PROTOCOL.md) and exits 0 on success, 2 when the request was refused.
@@ -243,6 +244,14 @@ def cmd_slurm_node(args: argparse.Namespace) -> int:
     return node(args.base, args.nnodes, args.profile)
 
 
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from .gpumonitor import run_monitor
+
+    if not args.interval >= 0.1:
+        return _refuse("--interval %s is too short" % args.interval, "sample every 0.1 s or more (2 s is usual)")
+    return run_monitor(args.interval, args.source)
+
+
 def cmd_supervise(args: argparse.Namespace) -> int:
     from .supervisor import supervise
 
@@ -300,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("token")
     p.add_argument("--timeout", type=float, default=5.0)
     p.set_defaults(func=cmd_rdzv_check)
+    p = sub.add_parser("monitor", help="a JSON line per snapshot of this host's GPUs, their processes and its load, "
+                                       "every INTERVAL s until stdin reaches EOF or stdout is closed")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots (default 2)")
+    p.add_argument("--source", choices=("auto", "nvml", "nvidia-smi", "none"), default="auto")
+    p.set_defaults(func=cmd_monitor)
     for name, func in (("_supervise", cmd_supervise), ("_train", cmd_train)):
         p = sub.add_parser(name)
         p.add_argument("run_dir")
