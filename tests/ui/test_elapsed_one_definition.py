@@ -118,5 +118,8 @@ def test_a_stopped_run_shows_the_same_elapsed_throughput_and_peak_memory_everywh
     rate = format_rate(record.summary["steady_samples_per_s"], "samples/s")
     peak = f"{record.summary['mem_peak_gib']:.2f} GiB"
     assert table["Throughput"] == rate and table["Peak mem"] == peak, table
+    view, metrics = window.runs_table.view, window.runs_table.view.fontMetrics()
+    for column, text in table.items():  # filled in at the run's end, its column widened to show it whole
+        assert view.columnWidth(COLUMNS.index(column)) >= metrics.horizontalAdvance(text), column
     for text in (header, reselected):  # the header's numbers are the table's
         assert rate in text and f"peak mem {peak}" in text, text

@@ -249,10 +249,10 @@ class RunsTable(QWidget):
         self.model.dataChanged.connect(lambda top, bottom, *_: self._fit(range(top.row(), bottom.row() + 1)))
 
     def _fit(self, rows) -> None:
-        """Widen the Name and Step columns to a longer name or step of ``rows`` (model rows) than they show
-        (never narrower: a width the user set stays)."""
+        """Widen the Name, Step and the summary's columns to a longer text of ``rows`` (model rows) than they
+        show, e.g. a stopped run's throughput filled in at its end (never narrower: a width the user set stays)."""
         metrics = self.view.fontMetrics()
-        for column in (COLUMNS.index("Name"), COLUMNS.index("Step")):
+        for column in map(COLUMNS.index, ("Name", "Step", "Throughput", "Peak mem", "Duration")):
             texts = [self.model.data(self.model.index(row, column)) or "" for row in rows]
             needed = max((metrics.horizontalAdvance(t) for t in texts), default=0) + 24  # the cell's padding
             if needed > self.view.columnWidth(column):
