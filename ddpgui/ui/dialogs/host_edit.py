@@ -1,10 +1,13 @@
 """Add or edit a host profile (an SSH host or a Slurm cluster); validation errors are shown inline: the message
-under the form, and the field at fault marked and focused."""
+under the form, and the field at fault marked and focused.  "Test connection" tries the profile as the form
+describes it, before it is saved, on a worker thread: the result (the probe in short, or the error and its hint)
+is said in the dialog."""
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from PySide6.QtCore import QThreadPool
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -23,10 +26,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core.hosts import AUTH_METHODS, HostError, HostProfile, SlurmOptions
+from ddpgui.core.errors import describe
+from ddpgui.core.hosts import AUTH_METHODS, HostError, HostProfile, HostStore, SlurmOptions
 from ddpgui.core.hosts.slurm_options import TIME_FORMATS
+from ddpgui.core.ssh.known_hosts import KnownHosts
 
-from ..texts import required_or
+from ..prompts import Prompts
+from ..texts import required_or, without_class_name
+from ..widgets.dashboard_header import never_widening
+from ..workers import GeneratorWorker
+from .host_test import check_profile, probe_summary, problems_of
 
 KIND_CHOICES = (("SSH host", "ssh"), ("Slurm cluster", "slurm"))
 #: The login methods in words; the profile stores the identifiers (AUTH_METHODS).
@@ -37,11 +46,19 @@ AUTH_CHOICES = tuple((AUTH_LABELS.get(method, method), method) for method in AUT
 MIN_WIDTH = 520
 GPU_FLAG_CHOICES = (("--gres=gpu:N", "gres"), ("--gpus-per-node=N", "gpus-per-node"))
 _INVALID_LABEL = "color: #d93025; font-weight: 600;"
+_TEST_STYLES = {"ok": "color: #188038;", "error": "color: #d93025;", "busy": "color: #5f6368;"}
 
 
 class HostEditDialog(QDialog):
-    def __init__(self, profile: HostProfile | None = None, parent=None):
+    """``hosts``: the saved profiles (a tested profile's jump hosts come from them; default: the user's);
+    ``known_hosts``: the host keys a test trusts (default: OpenSSH's files and the app's)."""
+
+    def __init__(self, profile: HostProfile | None = None, parent=None, hosts: HostStore | None = None,
+                 known_hosts: KnownHosts | None = None):
         super().__init__(parent)
+        self._hosts, self._known_hosts = hosts, known_hosts
+        self._prompts = None
+        self._test_worker: GeneratorWorker | None = None
         self.setWindowTitle("Edit host" if profile else "Add host")
         self.setObjectName("host_edit_dialog")
         self._original = profile
@@ -103,9 +120,18 @@ class HostEditDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self._save)
         buttons.rejected.connect(self.reject)
+        self.test_button = buttons.addButton("Test connection", QDialogButtonBox.ButtonRole.ActionRole)
+        self.test_button.setObjectName("host_test")
+        self.test_button.setToolTip("Connect with these settings (before saving): check the host key, log in, "
+                                    "and probe the host's GPUs and torch")
+        self.test_button.clicked.connect(self.test_connection)
+        self.test_result = never_widening(QLabel(objectName="test_result", wordWrap=True))
+        self.test_result.setVisible(False)
+        self.test_state = ""  # "", "busy", "ok" or "error": the last test's
         layout = QVBoxLayout(self)
         layout.addLayout(columns)
         layout.addWidget(self.error)
+        layout.addWidget(self.test_result)
         layout.addWidget(buttons)
         self.result_profile: HostProfile | None = None
         #: The field (as a HostError names it) marked invalid by the last save, if any.
@@ -272,17 +298,76 @@ class HostEditDialog(QDialog):
                     return label.text()
         return (field or "a field").removeprefix("slurm.")
 
-    def _save(self) -> None:
+    def _valid_profile(self) -> HostProfile | None:
+        """The form's profile, validated; None (the error said, the field marked) when it is not valid."""
         try:
             profile = self.profile()
             profile.validate()
         except HostError as exc:
             self.error.setText(f"{required_or(self._label(exc.field), str(exc))}\n{exc.hint}".strip())
             self._mark(exc.field)
-            return
+            return None
+        self.error.setText("")
         self._mark(None)
+        return profile
+
+    def _save(self) -> None:
+        profile = self._valid_profile()
+        if profile is None:
+            return
         self.result_profile = profile
         self.accept()
+
+    # ---- testing the connection ---------------------------------------------------------
+    def test_connection(self) -> GeneratorWorker | None:
+        """Test the profile as the form describes it (not saved) on a worker; the result is said under the form.
+        Returns the worker (None when the form is not valid)."""
+        profile = self._valid_profile()
+        if profile is None:
+            return None
+        if self._prompts is None:  # host-key and password questions, asked from the worker
+            self._prompts = Prompts(self)
+        connect = {"confirm_host_key": self._prompts.confirm_host_key, "ask_secret": self._prompts.ask_secret,
+                   "known_hosts": self._known_hosts}
+        worker = self._test_worker = GeneratorWorker(check_profile, profile, self._hosts or HostStore(), **connect)
+        where = profile.display_name if profile.is_local else profile.hostname
+        worker.yielded.connect(lambda step: self._tested(worker, "busy", f"Testing {where}: {step}…"))
+        worker.returned.connect(lambda probe: self._tested(worker, "ok", self._ok_text(where, probe)))
+        worker.errored.connect(lambda exc: self._tested(worker, "error", self._error_text(exc)))
+        self.test_button.setEnabled(False)
+        self._tested(worker, "busy", f"Testing {where}…")
+        QThreadPool.globalInstance().start(worker)
+        return worker
+
+    @staticmethod
+    def _ok_text(where: str, probe: dict) -> str:
+        problems = problems_of(probe)
+        text = f"Connected to {where}: " + probe_summary(probe).replace("\n", " · ")
+        return text + "".join(f"\nBut: {p}" for p in problems)
+
+    @staticmethod
+    def _error_text(exc: BaseException) -> str:
+        message, hint = describe(exc)
+        return f"Could not connect: {without_class_name(message)}" + (f"\nHint: {hint}" if hint else "")
+
+    def _tested(self, worker: GeneratorWorker, state: str, text: str) -> None:
+        if worker is not self._test_worker:  # an older test's (the form was tested again, or closed)
+            return
+        self.test_state = state
+        self.test_result.setText(text)
+        self.test_result.setStyleSheet(_TEST_STYLES[state])
+        self.test_result.setVisible(True)
+        if state != "busy":
+            self.test_button.setEnabled(True)
+
+    def done(self, result: int) -> None:
+        """Closing: a test still running is stopped (at its next step) and its result dropped."""
+        if self._test_worker is not None:
+            self._test_worker.abort()
+            self._test_worker = None
+        if self._prompts is not None:
+            self._prompts.close()
+        super().done(result)
 
 
 def _lines(edit: QPlainTextEdit) -> list[str]:

@@ -1,5 +1,8 @@
 """The hosts list: This computer first, a status dot per host and its probe summary.
 
+Each line of an entry is elided to the list's width (the whole text is its tooltip): a long host name, address
+or error never widens the list or the window.
+
 Several hosts may be selected (Ctrl/Shift-click) for one multi-node run: the first
 one selected is node 0.  The current host (the last clicked) still drives the launch
 form's per-host choices.
@@ -12,17 +15,23 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QLabel,
+    QListView,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
     QPushButton,
+    QSizePolicy,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
 
-from ddpgui.core.hosts import LOCAL, HostError, HostStore
+from ddpgui.core.hosts import LOCAL, HostError, HostProfile, HostStore
+from ddpgui.core.ssh.known_hosts import KnownHosts
 
 from ..dialogs.host_edit import HostEditDialog
+from ..dialogs.host_test import probe_summary
 from ..dialogs.ssh_import import SshImportDialog
 
 STATUS_COLORS = {"unknown": "#9aa0a6", "checking": "#4c8df6", "reachable": "#34a853", "busy": "#f29900",
@@ -41,27 +50,18 @@ def status_icon(status: str) -> QIcon:
     return QIcon(pixmap)
 
 
-def probe_summary(probe: dict | None) -> str:
-    """One or two lines: GPUs with model and memory (or CPUs), torch, CUDA, driver."""
-    if not probe:
-        return "not probed yet"
-    gpus = probe.get("gpus") or []
-    if gpus:
-        names: dict[str, int] = {}
-        for gpu in gpus:
-            mem = gpu.get("memory_total_gib")
-            label = f"{gpu.get('name') or 'GPU'}" + (f" {mem:.0f} GiB" if mem else "")
-            names[label] = names.get(label, 0) + 1
-        device = ", ".join(f"{n}× {label}" for label, n in names.items())
-    else:
-        device = f"CPU only, {probe.get('cpu_count') or '?'} cores"
-    torch = probe.get("torch") or {}
-    parts = [f"torch {torch['version']}" if torch.get("version") else "no torch"]
-    if torch.get("cuda_build"):
-        parts.append(f"CUDA {torch['cuda_build']}")
-    if probe.get("driver_version"):
-        parts.append(f"driver {probe['driver_version']}")
-    return "\n".join([device, " · ".join(parts), *(probe.get("notes") or [])])
+class ElidedLines(QStyledItemDelegate):
+    """Items as wide as the list's viewport at most, each line of their text elided at the right (no wrapping):
+    the list never scrolls sideways, never asks for more width."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index) -> None:  # noqa: N802 (Qt's name)
+        super().initStyleOption(option, index)
+        option.features &= ~QStyleOptionViewItem.ViewItemFeature.WrapText
+        option.textElideMode = Qt.TextElideMode.ElideRight
+
+    def sizeHint(self, option: QStyleOptionViewItem, index) -> QSize:  # noqa: N802
+        hint = super().sizeHint(option, index)
+        return QSize(min(hint.width(), max(1, self.parent().viewport().width())), hint.height())
 
 
 class HostsPanel(QWidget):
@@ -73,12 +73,19 @@ class HostsPanel(QWidget):
     def __init__(self, hosts: HostStore, parent=None):
         super().__init__(parent)
         self.hosts = hosts
+        #: The host keys the dialog's Test connection trusts (None: OpenSSH's files and the app's).
+        self.known_hosts: KnownHosts | None = None
         self.status: dict[str, str] = {}
         self.details: dict[str, str] = {}
         self.probes: dict[str, dict] = {}
         self.list = QListWidget(objectName="hosts_list")
         self.list.setIconSize(QSize(14, 14))
-        self.list.setWordWrap(True)
+        self.list.setWordWrap(False)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(ElidedLines(self.list))
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setResizeMode(QListView.ResizeMode.Adjust)  # items laid out again (re-elided) on resize
+        self.list.setSizePolicy(QSizePolicy.Policy.Ignored, self.list.sizePolicy().verticalPolicy())
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.list.setToolTip("Ctrl- or Shift-click several hosts for one multi-node run (the first selected is node 0)")
         self.list.currentItemChanged.connect(self._on_current)
@@ -131,7 +138,8 @@ class HostsPanel(QWidget):
         detail = self.details.get(name) or probe_summary(self.probes.get(name))
         item.setText(f"{profile.display_name}{where}{cluster}{price}\n{detail}")
         item.setIcon(status_icon(status))
-        item.setToolTip(f"{profile.display_name}: {status}\n{detail}")
+        item.setToolTip(f"{profile.display_name}{where}{cluster}{price}: {status}\n{detail}"
+                        + (f"\n{profile.notes}" if profile.notes else ""))
 
     def item(self, name: str) -> QListWidgetItem | None:
         for row in range(self.list.count()):
@@ -207,18 +215,22 @@ class HostsPanel(QWidget):
         self.reload(profile.name)
         self.hosts_changed.emit()
 
+    def dialog(self, profile: HostProfile | None = None) -> HostEditDialog:
+        """The host dialog of ``profile`` (None: a new host); its Test connection knows the saved hosts."""
+        return HostEditDialog(profile, self, hosts=self.hosts, known_hosts=self.known_hosts)
+
     def add_host(self) -> None:
-        self._save(HostEditDialog(None, self), add=True)
+        self._save(self.dialog(None), add=True)
 
     def edit_host(self) -> None:
         name = self.current()
-        self._save(HostEditDialog(self.hosts.get(name), self), add=False, old_name=name)
+        self._save(self.dialog(self.hosts.get(name)), add=False, old_name=name)
 
     def duplicate_host(self) -> None:
         profile = self.hosts.get(self.current())
         if profile.is_local:
             return
-        dialog = HostEditDialog(profile, self)
+        dialog = self.dialog(profile)
         dialog._original = None
         dialog.name.setText(f"{profile.name}-copy")
         self._save(dialog, add=True)
