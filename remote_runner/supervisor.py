@@ -43,7 +43,10 @@ LAUNCH_WINDOW_S = 30.0
 #: that failed: ChildFailedError and its table) is printed whole, as before.
 QUIET_TORCHRUN = """\
 import os, signal, sys
-from torch.distributed.elastic.multiprocessing.api import SignalException
+try:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+except ImportError:  # a torch without it: whatever it raises is printed as before
+    SignalException = ()
 from torch.distributed.run import main
 try:
     main(sys.argv[1:])
@@ -53,6 +56,7 @@ except SignalException as exc:
     sys.stderr.flush()
     signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)
+    sys.exit(128 + sig)
 """
 
 

@@ -310,8 +310,7 @@ class MainWindow(QMainWindow):
             self.compare.add_runs(run_ids)
             self.tabs.setCurrentWidget(self.compare)
         elif action == "logs":
-            self.show_run(run_ids[0])
-            self.dashboard.log.setFocus()
+            self.dashboard.open_logs(run_ids[0])
         elif action == "export":
             folder = QFileDialog.getExistingDirectory(self, "Export runs as CSV")
             if folder:
@@ -337,7 +336,8 @@ class MainWindow(QMainWindow):
         return dialog
 
     def compare_sweep(self, sweep_id: str) -> None:
-        self.compare.add_sweep(sweep_id)
+        """Compare the sweep's runs instead of what was compared (saved as compare/runs like any comparison)."""
+        self.compare.compare_sweep(sweep_id)
         self.tabs.setCurrentWidget(self.compare)
 
     def _deleted(self, run_id: str) -> None:

@@ -12,15 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
-    QPlainTextEdit,
     QPushButton,
     QSlider,
     QSplitter,
@@ -31,7 +29,7 @@ from PySide6.QtWidgets import (
 from ddpgui.core.runs.live import LiveRun, stats_line
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.runs.nodes import NodeState, node_line, node_states
-from ddpgui.core.runs.traces import TraceData, load_logs, load_trace
+from ddpgui.core.runs.traces import TraceData, load_trace
 from ddpgui.core.store import RunNotFound, RunStore
 from remote_runner.spools import EVENTS
 from remote_runner.status import FINAL_STATES
@@ -39,11 +37,11 @@ from remote_runner.status import FINAL_STATES
 from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
 from .dashboard_header import ElidedLabel, never_widening
+from .log_tail import LogTail, read_inline
 from .slurm_view import queued_text, slurm_node_line, slurm_of
 
 #: Redraw period: at most 20 Hz whatever the data rate.
 REDRAW_MS = 50
-LOG_LINES = 2000
 X_AXES = ("step", "elapsed", "wall clock")
 #: After a multi-node run ended, re-read node states this often, this many times, until every node has ended.
 NODE_RETRY_MS, NODE_RETRIES = 1000, 30
@@ -90,13 +88,16 @@ class Dashboard(QWidget):
         self.device_plot = LivePlot("Device", "", "elapsed (s)")
         self.plots = (self.loss_plot, self.rate_plot, self.device_plot)
 
-        self.log = QPlainTextEdit(objectName="log_tail", readOnly=True)
-        self.log.setMaximumBlockCount(LOG_LINES)
-        self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.log_find = QLineEdit(objectName="log_find", placeholderText="Search the log", clearButtonEnabled=True)
-        self.log_find.returnPressed.connect(self.find_in_log)
-        self.log_node = QComboBox(objectName="log_node", toolTip="Whose log to show", visible=False)
-        self.log_node.currentIndexChanged.connect(self._show_log_node)
+        self.log_tail = LogTail(store, self._read)
+        self.log, self.log_find, self.log_node = self.log_tail.log, self.log_tail.find_box, self.log_tail.node_box
+        self.log_tail.open_requested.connect(lambda: self.run_id and self.open_logs(self.run_id))
+        self.viewers: list = []  # open log viewers (Open logs): they follow their run's live lines
+        self.empty = QLabel("No run selected — launch one on the left or pick one in Runs", objectName="empty_state",
+                            alignment=Qt.AlignmentFlag.AlignCenter, wordWrap=True)
+        font = self.empty.font()
+        font.setPointSizeF(font.pointSizeF() * 1.4)
+        self.empty.setFont(font)
+        self.empty.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
         head = QGridLayout()
         head.addWidget(self.title, 0, 0)
@@ -107,7 +108,9 @@ class Dashboard(QWidget):
         head.addWidget(self.error, 3, 0, 1, 3)
         head.addWidget(self.advice, 4, 0, 1, 3)
         head.setColumnStretch(0, 1)
-        options = QHBoxLayout()
+        self.options = QWidget()
+        options = QHBoxLayout(self.options)
+        options.setContentsMargins(0, 0, 0, 0)
         options.addWidget(QLabel("x axis"))
         options.addWidget(self.x_axis_box)
         options.addWidget(QLabel("Smoothing"))
@@ -121,22 +124,16 @@ class Dashboard(QWidget):
         plots.addWidget(self.device_plot, 1, 1)
         plots_box = QWidget()
         plots_box.setLayout(plots)
-        log_box = QWidget()
-        log_layout = QVBoxLayout(log_box)
-        log_layout.setContentsMargins(0, 0, 0, 0)
-        find_row = QHBoxLayout()
-        find_row.addWidget(self.log_find, 1)
-        find_row.addWidget(self.log_node)
-        log_layout.addLayout(find_row)
-        log_layout.addWidget(self.log)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(plots_box)
-        split.addWidget(log_box)
-        split.setSizes([600, 160])
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(plots_box)
+        self.split.addWidget(self.log_tail)
+        self.split.setSizes([600, 160])
         layout = QVBoxLayout(self)
         layout.addLayout(head)
-        layout.addLayout(options)
-        layout.addWidget(split, 1)
+        layout.addWidget(self.options)
+        layout.addWidget(self.split, 1)
+        layout.addWidget(self.empty, 1)
+        self._show_empty(True)
 
         # one plot per tick, in turn: each plot still redraws at most every REDRAW_MS, and a frame's
         # painting is split into three short blocks of the event loop instead of one long one
@@ -179,11 +176,8 @@ class Dashboard(QWidget):
                 new.append(trace)
             trace.color = color
             self.traces[run_id] = trace
-        self.log.clear()
-        primary = self.traces.get(self.run_id) if self.run_id else None
-        if primary and primary.loaded:
-            self._show_logs(primary)
-        self._fill_log_nodes()
+        self.log_tail.show_trace(self.traces.get(self.run_id) if self.run_id else None)
+        self._show_empty(not self.traces)
         self._rebuild_curves(reset_view=bool(new))
         self._header_dirty = True
         for trace in new:
@@ -211,9 +205,7 @@ class Dashboard(QWidget):
         trace.apply(data, self.x_axis)
         self.slurm.update({trace.run_id: slurm_of(data.run)} if slurm_of(data.run) else {})
         if trace.run_id == self.run_id:
-            self.log.clear()
-            self._show_logs(trace)
-            self._fill_log_nodes()
+            self.log_tail.show_trace(trace)
         pending, trace.pending = trace.pending, []
         for update in pending:  # what arrived while the store was read: only records it did not have
             records = {s: [r for r in recs if r.get("seq", 0) > data.last_seq.get((s, update.node), -1)]
@@ -223,58 +215,9 @@ class Dashboard(QWidget):
         self._rebuild_curves()
         self._header_dirty = True
 
-    def _show_logs(self, trace: RunTrace) -> None:
-        for text in trace.logs:
-            self.log.appendPlainText(text)
-
-    def _fill_log_nodes(self) -> None:
-        """The node selector of the log tail: shown for a multi-node primary run, on the node shown."""
-        primary = self.traces.get(self.run_id) if self.run_id else None
-        nodes = primary.nodes if primary is not None and primary.multinode else []
-        self.log_node.blockSignals(True)
-        self.log_node.clear()
-        for state in nodes:
-            self.log_node.addItem(f"log of {state.label}", state.node)
-        if nodes:
-            self.log_node.setCurrentIndex(max(0, self.log_node.findData(primary.log_node)))
-        self.log_node.blockSignals(False)
-        self.log_node.setVisible(bool(nodes))
-
-    def _show_log_node(self, index: int) -> None:
-        """Show another node's log tail (read off the GUI thread); its live lines follow."""
-        trace = self.traces.get(self.run_id) if self.run_id else None
-        node = self.log_node.itemData(index)
-        if trace is None or node is None or node == trace.log_node:
-            return
-        trace.log_node, trace.logs, trace.logs_loading = node, [], True
-        self.log.clear()
-
-        def done(logs: dict[str, bytes]) -> None:
-            if self.traces.get(trace.run_id) is trace and trace.log_node == node:
-                trace.set_logs(logs)
-                trace.logs_loading = False
-                self.log.clear()
-                self._show_logs(trace)
-
-        def failed(exc: Exception) -> None:
-            trace.logs_loading = False
-            self.log.appendPlainText(f"(could not read the log of node {node}: {exc})")
-
-        self._read(load_logs, self.store, trace.run_id, node, on_return=done, on_error=failed)
-
     def _read(self, func: Callable, *args: object, on_return: Callable, on_error: Callable | None = None) -> None:
         """Run a store read off the GUI thread (inline without a loader)."""
-        if self.loader is not None:
-            self.loader(func, *args, on_return=on_return, on_error=on_error)
-            return
-        try:
-            result = func(*args)
-        except Exception as exc:
-            if on_error is None:
-                raise
-            on_error(exc)
-            return
-        on_return(result)
+        (self.loader or read_inline)(func, *args, on_return=on_return, on_error=on_error)
 
     def _refresh_nodes(self, trace: RunTrace) -> None:
         """Re-read a multi-node run's per-node states (on its state changes and node events only)."""
@@ -286,9 +229,10 @@ class Dashboard(QWidget):
             if self.traces.get(trace.run_id) is trace and asked == trace.nodes_asked:
                 trace.nodes = states
                 self._header_dirty = True
-                if trace.run_id == self.run_id and [s.label for s in states] != [
-                        self.log_node.itemText(i).removeprefix("log of ") for i in range(self.log_node.count())]:
-                    self._fill_log_nodes()  # a Slurm node's name is known once its job has placed it
+                if trace.run_id == self.run_id and [s.label for s in states] != self.log_tail.node_labels():
+                    self.log_tail.fill_nodes()  # a Slurm node's name is known once its job has placed it
+                if trace.run_id == self.run_id:
+                    self.log_tail.run_changed()  # every node has ended: the run's end lines
                 # the run has ended but a node's own end is not stored yet: look again shortly (bounded)
                 if trace.live.state in FINAL_STATES and not all(n.final for n in states) \
                         and trace.nodes_retries < NODE_RETRIES:
@@ -392,6 +336,8 @@ class Dashboard(QWidget):
 
     # ---- live updates ----------------------------------------------------------------------
     def on_update(self, update: RunUpdate) -> None:
+        for viewer in self.viewers:
+            viewer.on_update(update)
         trace = self.traces.get(update.run_id)
         if trace is None:
             return
@@ -414,9 +360,8 @@ class Dashboard(QWidget):
                 self._fill_metric_choices()
             elif device:
                 self.device_plot.mark_dirty()
-        if trace.run_id == self.run_id and update.node == trace.log_node and not trace.logs_loading:
-            for data in update.logs.values():
-                self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
+        if trace.run_id == self.run_id:
+            self.log_tail.on_update(update)
         changed = False  # the run's state or message (not just its last step)
         if update.run is not None:
             live, run = trace.live, update.run
@@ -425,6 +370,8 @@ class Dashboard(QWidget):
             self.slurm.update({trace.run_id: slurm_of(run)} if slurm_of(run) else {})
             if run.summary:
                 live.summary = run.summary
+            if trace.run_id == self.run_id and not trace.multinode:
+                self.log_tail.run_changed()  # ended: the run's end lines follow its log
         # a node can end after the run's state was set (a stop marks the run first): read again until all have
         lagging = update.run is not None and not update.run.active and not all(n.final for n in trace.nodes)
         if trace.multinode and (changed or lagging or update.records.get(EVENTS)):
@@ -451,6 +398,7 @@ class Dashboard(QWidget):
 
     def _render_header(self) -> None:
         live = self.live
+        self._show_empty(self.run_id is None)
         active = self.run_id is not None and live.state not in FINAL_STATES
         self.stop_button.setEnabled(active)
         self.state.setText(live.state if self.run_id else "")
@@ -486,10 +434,20 @@ class Dashboard(QWidget):
             self.advice.setText(hint)
 
     def find_in_log(self) -> bool:
-        text = self.log_find.text()
-        if not text:
-            return False
-        if self.log.find(text):
-            return True
-        self.log.moveCursor(QTextCursor.MoveOperation.Start)
-        return self.log.find(text)
+        return self.log_tail.find()
+
+    def _show_empty(self, empty: bool) -> None:
+        """No run: one clear empty state instead of a blank header, empty plots and controls with nothing to do."""
+        self.empty.setVisible(empty)
+        for widget in (self.title, self.state, self.stats, self.stop_button, self.options, self.split):
+            widget.setVisible(not empty)
+
+    def open_logs(self, run_id: str):
+        """The run's full logs in a viewer (Open logs): each node's stdout and stderr, searchable, following the run."""
+        from ..dialogs.log_viewer import LogViewer
+
+        viewer = LogViewer(self.store, run_id, read=self._read, parent=self.window())
+        self.viewers.append(viewer)
+        viewer.finished.connect(lambda _: viewer in self.viewers and self.viewers.remove(viewer))
+        viewer.show()
+        return viewer
