@@ -215,7 +215,8 @@ def parse_smi_table(text: str) -> dict:
         if gpu_row is not None:
             row = next(rows, None)
             current = new_gpu(row["index"] if row else None)
-            current.update(name=row["name"] if row else None, bus_id=gpu_row.group(1))
+            name = row["name"] if row else None
+            current.update(name=None if name == "ERR!" else name, bus_id=gpu_row.group(1))
             gpus.append(current)
         elif current is not None and _fill_from_table(current, line):
             current = None

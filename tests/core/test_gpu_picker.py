@@ -2,7 +2,8 @@
 "N of M GPUs free" rule, ``free:N`` and named indices, and the ``--gpus`` forms.
 
 The snapshots are built the way the monitor builds them, from real captures (tests/fixtures/gpu,
-SOURCES.md): 8x GTX TITAN X and 16x V100 (--query-gpu), 8x A100 with its process table.
+SOURCES.md): 8x GTX TITAN X and 16x V100 (--query-gpu); 8x A40 shared by several jobs, 8x A40 with a GPU
+showing ERR! and 8x A100 running one job (plain tables with their process lists).
 """
 import json
 import re
@@ -39,14 +40,26 @@ def query_snapshot(name, host="gpu-box"):
     return parse_snapshot_line(monitor_line(gpus, host))
 
 
-def a100_snapshot():
-    """The 8x A100 table: every GPU holds a python process of the same job (the user was not captured)."""
-    table = parse_smi_table((GPU_FIXTURES / "smi_summary_a100_sxm4_80gb_525.txt").read_text())
+def table_snapshot(name, host="gpu-box"):
+    """A plain nvidia-smi table as the monitor would report it: the compute processes (type C) on their GPUs.
+
+    Their owners were not captured: "?" (the monitor reads them from the host's /proc).
+    """
+    table = parse_smi_table((GPU_FIXTURES / name).read_text())
     for gpu in table["gpus"]:
         gpu["processes"] = [{"pid": p["pid"], "user": "?", "command": p["name"], "gpu_mem_mib": p["gpu_mem_mib"],
                              "problem": "not captured"} for p in table["processes"]
                             if p["gpu"] == gpu["index"] and "C" in p["type"]]
-    return parse_snapshot_line(monitor_line(table["gpus"], "a100-box"))
+    return parse_snapshot_line(monitor_line(table["gpus"], host))
+
+
+def a100_snapshot():
+    """8x A100: every GPU holds a python process of the same job."""
+    return table_snapshot("smi_summary_a100_sxm4_80gb_525.txt", "a100-box")
+
+
+A40S = "smi_summary_a40_x8_510.txt"  # python3.8 on GPU 0, three julia processes on 5-7, Xorg everywhere
+A40S_ERR = "smi_summary_a40_x8_err_525.txt"  # GPU 4 shows ERR!, a python process on GPU 2
 
 
 TITANS = "smi_query_titanx_x8_noheader_nounits.txt"
@@ -59,6 +72,33 @@ def test_the_free_rule_on_eight_titan_x():
     assert [gpu.index for gpu in host.free_gpus()] == [0]  # 802 MiB used, 0 %
     assert host.gpu(2).busy_reason() == "6442 MiB of 12206 MiB used, 85% utilised (its processes are not visible)"
     assert host.summary(memory_threshold_mib=800) == "0 of 8 GPUs free"
+
+
+def test_free_2_on_a_shared_eight_gpu_machine():
+    host = table_snapshot(A40S)
+    # GPUs 1-4 hold only Xorg (a graphics process, 23 of their 26 MiB): free.
+    assert host.summary() == "4 of 8 GPUs free" and [gpu.index for gpu in host.free_gpus()] == [1, 2, 3, 4]
+    assert resolve_choice(host, parse_gpu_choice("free:2")) == ((1, 2), [])
+    assert pick_free(host, 4) == (1, 2, 3, 4)
+    with pytest.raises(GpuChoiceError, match="has 4 of 8 free"):
+        pick_free(host, 5)
+    assert cuda_environment(pick_free(host, 2))["CUDA_VISIBLE_DEVICES"] == "1,2"
+
+
+def test_a_busy_choice_on_the_shared_machine_names_each_holder():
+    indices, warnings = resolve_choice(table_snapshot(A40S), parse_gpu_choice("0,5,1"))
+    assert indices == (0, 5, 1)
+    assert warnings == ["GPU 0 is busy: an unknown user's python3.8 (pid 1807667, 29117 MiB)",
+                        "GPU 5 is busy: an unknown user's julia (pid 2970647, 42633 MiB)"]
+
+
+def test_a_gpu_showing_err_is_never_picked_nor_accepted():
+    host = table_snapshot(A40S_ERR)
+    assert host.summary() == "6 of 8 GPUs free"  # GPU 2 holds a process, GPU 4 shows ERR!
+    assert pick_free(host, 2) == (0, 1) and 4 not in pick_free(host, 6)
+    with pytest.raises(GpuChoiceError, match="GPU 4 of gpu-box cannot run anything: it reports errors: "
+                                             "nvidia-smi shows ERR! for temperature, power, utilization"):
+        check_indices(host, (3, 4))
 
 
 def test_free_2_picks_the_idlest_free_gpus():

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 from helpers.gpu_fixtures import GPU_FIXTURES, fake_pynvml_fixture
@@ -179,7 +180,8 @@ def test_every_plain_table_capture_parses(name):
     table = parse_smi_table((GPU_FIXTURES / name).read_text())
     assert table["gpus"] or table["mig_devices"] or table["processes"]
     for gpu in table["gpus"]:
-        assert isinstance(gpu["index"], int) and gpu["bus_id"] and gpu["temp_c"] is not None
+        assert isinstance(gpu["index"], int) and gpu["bus_id"]
+        assert (gpu["temp_c"] is None) == (gpu["state"] == "error")  # ERR! is no temperature
     json.dumps(table)
 
 
@@ -205,21 +207,109 @@ def test_mig_devices_and_the_older_process_table():
                                    "gpu_mem_mib": 1012}]
 
 
+def test_a_gpu_that_shows_err():
+    table = parse_smi_table((GPU_FIXTURES / "smi_summary_a40_x8_err_525.txt").read_text())
+    broken = table["gpus"][4]
+    assert (broken["index"], broken["name"], broken["bus_id"], broken["state"]) == (4, None, "00000000:83:00.0", "error")
+    assert broken["message"] == "nvidia-smi shows ERR! for temperature, power, utilization"
+    assert (broken["mem_used_mib"], broken["util_pct"], broken["power_w"]) == (0, None, None)
+    assert [gpu["state"] for gpu in table["gpus"]].count("ok") == 7
+    assert table["processes"] == [{"gpu": 2, "gi": None, "ci": None, "pid": 2111354, "type": "C",
+                                   "name": "...eratornet/venv/bin/python", "gpu_mem_mib": 818}]
+
+
 def test_a_gb10_table_without_memory():
     (gpu,) = parse_smi_table((GPU_FIXTURES / "smi_summary_gb10_580.txt").read_text())["gpus"]
     assert (gpu["temp_c"], gpu["power_w"], gpu["util_pct"], gpu["mem_used_mib"]) == (36, 3.0, 0, None)
 
 
-def test_nvml_with_captured_values():
-    nvml = HostNvml(fake_pynvml_fixture.module(fake_pynvml_fixture.capture("a100_sxm4_80gb_x2_driver_525")))
-    first = nvml.gpu(0)
-    values = fake_pynvml_fixture.capture("a100_sxm4_80gb_x2_driver_525")["gpus"][0]
-    assert (first["mem_used_mib"], first["mem_total_mib"], first["util_pct"], first["temp_c"]) == \
-        (values["memory_used_mib"], values["memory_total_mib"], values["util_gpu_pct"], values["temperature_gpu_c"])
-    assert first["state"] == "ok" and first["name"] == values["name"]
-    assert first["processes"] is None  # this NVML cannot list processes: unknown, not "none"
-    missing = nvml.gpu(5)
-    assert missing["state"] == "lost" and missing["message"] == "Invalid Argument"
+A100_NVML = "a100_sxm4_80gb_x2_driver_525"
+# The same machine's process table (smi_summary_a100_sxm4_80gb_525.txt): GPU 0 and GPU 1 of nvml_values.json.
+A100_PROCESSES = {0: [(280058, 22374)], 1: [(280059, 15992)]}
+
+
+def fake_nvml(values, processes=None, lost=(), mig=None):
+    """The fake pynvml of tests/fixtures/gpu, plus what the monitor asks besides telemetry's values.
+
+    ``processes``: {gpu: [(pid, MiB)]}; ``lost``: indices whose handle NVML refuses ("GPU is lost");
+    ``mig``: {gpu: [(gi, ci, used MiB, total MiB)]}.  What is not given raises NVML's "Not Supported".
+    """
+    nv = fake_pynvml_fixture.module(values)
+    gpus = values["gpus"]
+    get_handle = nv.nvmlDeviceGetHandleByIndex
+
+    def handle_by_index(index):
+        if index in lost:
+            raise nv.NVMLError("GPU is lost")
+        return get_handle(index)
+
+    def index_of(handle):
+        return next(i for i, gpu in enumerate(gpus) if gpu is handle)
+
+    def running(handle):
+        if isinstance(handle, tuple) or processes is None:  # a MIG device's processes: not captured
+            raise nv.NVMLError("Not Supported")
+        found = processes.get(index_of(handle), [])
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=mib << 20) for pid, mib in found]
+
+    def mig_mode(handle):
+        if mig is None or index_of(handle) not in mig:
+            raise nv.NVMLError("Not Supported")
+        return (1, 1)
+
+    def memory(handle):
+        if isinstance(handle, tuple):
+            _, _, used, total = mig[handle[0]][handle[1]]
+            return types.SimpleNamespace(used=used << 20, total=total << 20, free=(total - used) << 20)
+        return get_memory(handle)
+
+    get_memory = nv.nvmlDeviceGetMemoryInfo
+    nv.nvmlDeviceGetHandleByIndex = handle_by_index
+    nv.nvmlDeviceGetComputeRunningProcesses = running
+    nv.nvmlDeviceGetMigMode = mig_mode
+    nv.nvmlDeviceGetMaxMigDeviceCount = lambda handle: len(mig[index_of(handle)])
+    nv.nvmlDeviceGetMigDeviceHandleByIndex = lambda handle, at: (index_of(handle), at)
+    nv.nvmlDeviceGetGpuInstanceId = lambda handle: mig[handle[0]][handle[1]][0]
+    nv.nvmlDeviceGetComputeInstanceId = lambda handle: mig[handle[0]][handle[1]][1]
+    nv.nvmlDeviceGetMemoryInfo = memory
+    return nv
+
+
+def test_nvml_with_captured_values_and_processes():
+    values = fake_pynvml_fixture.capture(A100_NVML)
+    nvml = HostNvml(fake_nvml(values, A100_PROCESSES))
+    first, second = nvml.gpu(0), nvml.gpu(1)
+    captured = values["gpus"][0]
+    assert (first["mem_used_mib"], first["mem_total_mib"], first["util_pct"], first["temp_c"], first["power_w"]) == \
+        (captured["memory_used_mib"], captured["memory_total_mib"], captured["util_gpu_pct"],
+         captured["temperature_gpu_c"], captured["power_draw_w"])
+    assert first["state"] == "ok" and first["name"] == captured["name"] and first["mig_mode"] is None
+    assert [(p["pid"], p["gpu_mem_mib"]) for p in first["processes"]] == [(280058, 22374)]
+    assert [(p["pid"], p["gpu_mem_mib"]) for p in second["processes"]] == [(280059, 15992)]
+
+
+def test_nvml_that_cannot_list_processes_says_unknown_not_none():
+    nvml = HostNvml(fake_pynvml_fixture.module(fake_pynvml_fixture.capture(A100_NVML)))
+    assert nvml.gpu(0)["processes"] is None and nvml.gpu(0)["uuid"] is None
+
+
+def test_nvml_a_lost_gpu():
+    nvml = HostNvml(fake_nvml(fake_pynvml_fixture.capture(A100_NVML), A100_PROCESSES, lost={1}))
+    assert nvml.gpu(0)["state"] == "ok"
+    lost = nvml.gpu(1)
+    assert (lost["state"], lost["message"], lost["processes"], lost["index"]) == ("lost", "GPU is lost", None, 1)
+
+
+def test_nvml_mig_devices():
+    # The MIG devices of GPU 1 in smi_summary_mig_devices_a100.txt; that GPU's other values were not captured.
+    unknown = dict.fromkeys(fake_pynvml_fixture.capture(A100_NVML)["gpus"][0])
+    values = {"gpus": [dict(unknown), dict(unknown)]}
+    mig = {1: [(3, 0, 14366, 19968), (5, 0, 9826, 19968), (6, 0, 13, 19968)]}
+    gpu = HostNvml(fake_nvml(values, {}, mig=mig)).gpu(1)
+    assert gpu["mig_mode"] == "enabled"
+    assert [(d["gi"], d["ci"], d["dev"], d["mem_used_mib"], d["mem_total_mib"]) for d in gpu["mig_devices"]] == \
+        [(3, 0, 0, 14366, 19968), (5, 0, 1, 9826, 19968), (6, 0, 2, 13, 19968)]
+    assert gpu["processes"] is None and gpu["mem_used_mib"] is None
 
 
 def test_the_cpu_side_from_this_machines_proc():

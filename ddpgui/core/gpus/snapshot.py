@@ -79,7 +79,8 @@ class GpuState:
     def busy_reason(self, memory_threshold_mib: int = FREE_MEMORY_MIB) -> str | None:
         """Why this GPU is not free, in words (None when it is free; the rule is in the module docstring)."""
         if self.state != "ok":
-            return f"it is {self.state}: {self.message}" if self.message else f"it is {self.state}"
+            said = "it is lost" if self.state == "lost" else "it reports errors"
+            return f"{said}: {self.message}" if self.message else said
         if self.processes:
             return "; ".join(p.describe() for p in self.processes)
         if self.mem_used_mib is not None and self.mem_used_mib >= memory_threshold_mib:
