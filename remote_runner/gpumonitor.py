@@ -41,6 +41,8 @@ from .proctree import end_process
 
 #: A stream that ended is started again after this long (a driver reload, nvidia-smi crashing).
 RESTART_AFTER_S = 10.0
+#: How long the first snapshot waits for nvidia-smi's first GPU row.
+FIRST_ROW_WAIT_S = 30.0
 #: Fields older drivers do not know; the GPU query goes on without them.
 OPTIONAL_GPU_FIELDS = ("mig.mode.current", "pci.bus_id", "power.draw")
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
@@ -126,11 +128,13 @@ class SmiSource:
         self._batch: tuple[Optional[str], list[dict], float] = (None, [], float("-inf"))
         self._first = threading.Event()
 
-    def start(self, wait_s: float) -> None:
-        """Start both streams and wait up to ``wait_s`` for the first GPU row."""
+    def start(self) -> None:
         self.gpu_stream.start()
         self.app_stream.start()
-        self._first.wait(wait_s)
+
+    def ready(self) -> bool:
+        """Whether the first GPU row came (or the GPU stream ended): before that a snapshot would show no GPU."""
+        return self._first.is_set() or self.gpu_stream.problem() is not None
 
     def close(self) -> None:
         self.gpu_stream.stop()
@@ -239,7 +243,7 @@ def open_source(requested: str, interval_s: float) -> object:
     smi = shutil.which("nvidia-smi") if requested in ("auto", "nvidia-smi") else None
     if smi:
         source = SmiSource(smi, interval_s)
-        source.start(wait_s=min(interval_s, 3.0))
+        source.start()
         return source
     return NoGpuSource()
 
@@ -266,6 +270,11 @@ def run_monitor(interval_s: float = 2.0, requested: str = "auto", out: Optional[
     source = open_source(requested, interval_s)
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True, name="monitor-stdin").start()
     table = ProcessTable()
+    started = time.monotonic()
+    # nvidia-smi can take seconds to answer (no persistence daemon); still, stdin EOF ends the wait at once.
+    while not getattr(source, "ready", lambda: True)() and time.monotonic() - started < FIRST_ROW_WAIT_S:
+        if stop.wait(0.05):
+            break
     seq, due = 0, time.monotonic()
     try:
         while not stop.is_set():

@@ -162,6 +162,16 @@ def test_killing_the_reader_leaves_no_monitor_and_no_nvidia_smi(fake_smi):
         end(reader)
 
 
+def test_the_first_snapshot_waits_for_a_slow_nvidia_smi(fake_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_SMI_DELAY", "2")  # more than six intervals
+    proc = start_monitor("--interval", "0.3", "--source", "nvidia-smi")
+    try:
+        (first,) = read_snapshots(proc, 1)
+        assert first.seq == 0 and len(first.gpus) == 8 and first.summary() == "1 of 8 GPUs free"
+    finally:
+        end(proc)
+
+
 def test_a_lost_gpu_in_the_stream(fake_smi, monkeypatch):
     monkeypatch.setenv("FAKE_SMI_LOST", "3")
     proc = start_monitor("--interval", "0.3", "--source", "nvidia-smi")
