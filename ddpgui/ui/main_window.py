@@ -336,7 +336,8 @@ class MainWindow(QMainWindow):
         return dialog
 
     def compare_sweep(self, sweep_id: str) -> None:
-        self.compare.add_sweep(sweep_id)
+        """Compare the sweep's runs instead of what was compared (saved as compare/runs like any comparison)."""
+        self.compare.compare_sweep(sweep_id)
         self.tabs.setCurrentWidget(self.compare)
 
     def _deleted(self, run_id: str) -> None:

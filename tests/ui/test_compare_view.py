@@ -12,6 +12,7 @@ from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.dialogs.export import ExportDialog
 from ddpgui.ui.plots.bars import BarPlot
+from ddpgui.ui.plots.compare_curves import mean_key
 from ddpgui.ui.widgets.compare import EMPTY_TEXT, CompareView
 from ddpgui.ui.workers import WorkerPool
 
@@ -98,8 +99,9 @@ def test_table_numbers_are_those_of_analysis_compare(view, store, qtbot):
     assert view.throughput_plot.errors[0] == (throughput[0].ci95, throughput[0].ci95) and throughput[0].ci95 > 0
     assert view.speedup_plot.values[0] == 1.0 and view.speedup_plot.values[1] == pytest.approx(1.85, rel=0.05)
     assert view.memory_plot.values == [g.metrics["mem_peak_gib"].mean for g in expected.groups]
-    # every run's whole loss curve, by step
-    assert set(view.loss_plot.curves) == set(ids)
+    # every run's whole loss curve, by step (faintly), and the mean of each group of repeats
+    means = {mean_key(g.key) for g in expected.groups if g.n > 1}
+    assert set(view.loss_plot.curves) == set(ids) | means and len(means) == 2
     x, y = view.loss_plot.curve_data("b1")
     np.testing.assert_array_equal(x, np.arange(1, POINTS + 1))
     np.testing.assert_array_equal(y, [r["loss"] for r in _metrics(190.0, 2)])

@@ -24,6 +24,7 @@ from ..store import RunStore
 from .run_stats import RUN_METRICS, RunStats, common_steps, run_price_per_hour, run_stats
 from .settings import setting_labels, settings_of
 from .stats import Estimate, Ratio, estimate, ratio
+from .steady import FALLBACK_MIN_INTERVALS, NEVER_SETTLED, WHOLE_RUN_RULE, fallback_note, is_fallback
 
 if TYPE_CHECKING:
     from ..hosts import HostStore
@@ -72,7 +73,19 @@ def _group_estimate(runs: list[RunStats], metric: str) -> Estimate:
         est.reason = "; ".join(sorted(reasons)) or est.reason
     elif None in values:
         est.reason = f"{values.count(None)} of {len(values)} runs have no value"
+    elif metric == "throughput":
+        rough = sum(is_fallback(r.throughput.reason) for r in runs)
+        if rough:
+            est.reason = f"{rough} of {len(runs)} runs not settled: the mean of all their intervals after warm-up"
     return est
+
+
+def _noted(r: Ratio, *estimates: Estimate) -> Ratio:
+    """A ratio from a throughput that did not settle says so (unless it already has a reason)."""
+    notes = [e.reason for e in estimates if "not settled" in e.reason]
+    if r.value is not None and notes and not r.reason:
+        r.reason = "not settled: " + "; ".join(dict.fromkeys(notes))
+    return r
 
 
 def group_stats(stats: Sequence[RunStats]) -> list[GroupStats]:
@@ -155,7 +168,8 @@ def compare(stats: Sequence[RunStats], baseline: str | None = None) -> Compariso
             comparison.speedup[g.key] = _itself(g.metrics["throughput"], 1.0, "the baseline")
             comparison.memory_saving[g.key] = _itself(g.metrics["mem_peak_gib"], 0.0, "the baseline")
             continue
-        comparison.speedup[g.key] = ratio(g.metrics["throughput"], base.metrics["throughput"])
+        comparison.speedup[g.key] = _noted(ratio(g.metrics["throughput"], base.metrics["throughput"]),
+                                           g.metrics["throughput"], base.metrics["throughput"])
         comparison.memory_saving[g.key] = _memory_saving(g.metrics["mem_peak_gib"], base.metrics["mem_peak_gib"])
     singles = {family_key(g): g for g in groups if g.world_size == 1}
     for g in groups:
@@ -168,7 +182,8 @@ def compare(stats: Sequence[RunStats], baseline: str | None = None) -> Compariso
             continue
         r = ratio(g.metrics["throughput"], one.metrics["throughput"])
         scale = lambda v, n=g.world_size: None if v is None else v / n  # noqa: E731
-        comparison.scaling[g.key] = Ratio(scale(r.value), scale(r.low), scale(r.high), r.n, r.over, r.reason)
+        comparison.scaling[g.key] = _noted(Ratio(scale(r.value), scale(r.low), scale(r.high), r.n, r.over, r.reason),
+                                           g.metrics["throughput"], one.metrics["throughput"])
     return comparison
 
 
@@ -230,7 +245,7 @@ def compute_comparison(store: RunStore, hosts: HostStore | None, run_ids: list[s
         cached = known.get(run.id)
         if cached is None or cached.n_steps != n_steps:
             price = run_price_per_hour(run, hosts) if hosts is not None else None
-            cached = run_stats(store, run.id, price, n_steps)
+            cached = settled_or_whole(store, run_stats(store, run.id, price, n_steps), price)
         stats.append(cached)
         if run.state in FINAL_STATES:
             final[run.id] = cached
@@ -239,6 +254,22 @@ def compute_comparison(store: RunStore, hosts: HostStore | None, run_ids: list[s
     ids = {s.run_id for s in stats}
     comparison = compare(stats, baseline if baseline in ids or _is_group(stats, baseline) else None)
     return CompareResult(comparison, {k: v for k, v in curves.items() if k in ids}, final, missing)
+
+
+def settled_or_whole(store: RunStore, stats: RunStats, price_per_hour: float | None = None) -> RunStats:
+    """A run whose throughput never settled (a stopped or short run) with enough intervals after warm-up
+    (:data:`~.steady.FALLBACK_MIN_INTERVALS`) gets the throughput over all of them, its note saying so
+    ("from 40 intervals after warm-up, not settled (…)"); any other run is returned as it is."""
+    why = stats.throughput.reason
+    if stats.throughput.mean is not None or not why.startswith(NEVER_SETTLED):
+        return stats
+    whole = run_stats(store, stats.run_id, price_per_hour, stats.n_steps, rule=WHOLE_RUN_RULE).throughput
+    if whole.mean is None or whole.n < FALLBACK_MIN_INTERVALS:
+        return stats
+    whole.reason = fallback_note(whole.n, why)
+    stats.throughput = whole
+    stats.reasons.pop("throughput", None)
+    return stats
 
 
 def _is_group(stats: list[RunStats], key: str | None) -> bool:

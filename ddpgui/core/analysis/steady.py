@@ -79,3 +79,23 @@ def events_cut_step(events: Sequence[dict]) -> float:
         elif event.get("event") == "compile_end":
             cut = max(cut, 1.0)  # the first step traces and compiles the model
     return cut
+
+
+#: The start of a "never settled" reason (:func:`steady_start`): a run that may fall back on what it has.
+NEVER_SETTLED = "throughput never settled"
+#: Every interval after warm-up and compile counts (the fallback of a run that never settled).
+WHOLE_RUN_RULE = SteadyRule(tolerance=math.inf, min_fraction=0.0)
+#: The fewest intervals after warm-up that a run that never settled needs for the fallback.
+FALLBACK_MIN_INTERVALS = 10
+
+
+def fallback_note(n: int, reason: str) -> str:
+    """The note of a throughput over all ``n`` intervals after warm-up of a run that never settled
+    (a stopped or short run): what it is from, then why it is not a steady state."""
+    why = reason[len(NEVER_SETTLED):].lstrip(": ") if reason.startswith(NEVER_SETTLED) else reason
+    return f"from {n} intervals after warm-up, not settled" + (f" ({why})" if why else "")
+
+
+def is_fallback(reason: str) -> bool:
+    """Whether an estimate's note is a :func:`fallback_note` (a value from a run that never settled)."""
+    return reason.startswith("from ") and "intervals after warm-up, not settled" in reason

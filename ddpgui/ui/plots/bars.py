@@ -1,34 +1,76 @@
-"""Bars with 95% CI error bars, one tick label per bar (the Compare tab's throughput, memory and speedup)."""
+"""Bars with 95% CI error bars, one tick label per bar (the Compare tab's throughput, memory and speedup).
+
+Nothing is cut off or left blank without a word: the title wraps to the plot's width (the
+whole of it as tooltip), tick labels wrap to their bar's width, a bar without a value is an
+"n/a" mark at its place, a bar whose value comes with a note (a run that never settled) has a
+"*" over it, the notes are in the tooltip, and a plot without any bar says why at its centre.
+"""
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics
+
+from ddpgui.core.outputs.figures import bars_bottom, group_key
+
+from .plot_text import QUIET, FittedTitle, PlotMessage, break_lines
+
+
+def _fit(text: str, width: float, metrics: QFontMetrics) -> list[str] | None:
+    """``text`` broken at spaces into at most two lines of at most ``width`` pixels; None when it does not fit."""
+    lines = break_lines(text, width, metrics)
+    fits = len(lines) <= 2 and all(metrics.horizontalAdvance(line) <= width for line in lines)
+    return lines if fits else None
 
 
 class BarPlot(pg.PlotWidget):
     """Bars with 95% CI error bars (pyqtgraph BarGraphItem + ErrorBarItem), one tick label per bar."""
 
+    keyed_changed = Signal(bool)  # the bars are named A, B, … (True) or by their labels
+
     def __init__(self, title: str, y_label: str, parent=None):
         super().__init__(parent=parent)
         self.setObjectName(f"bars:{title}")
         self.title = title
-        self.getPlotItem().setLabel("left", y_label)
-        self.getPlotItem().setMouseEnabled(x=False, y=False)
+        self.fitted = FittedTitle(self, title)
+        item = self.getPlotItem()
+        item.setLabel("left", y_label)
+        item.getAxis("left").enableAutoSIPrefix(False)  # "GiB (x0.001)" reads wrong: the caller picks the unit
+        item.setMouseEnabled(x=False, y=False)
+        item.hideButtons()
+        self.message = PlotMessage(item)
         self.values: list[float | None] = []
         self.errors: list[tuple[float, float] | None] = []
+        self.labels: list[str] = []
+        self.notes: list[str] = []
+        self.marks: list[pg.TextItem] = []
+        self.keyed = False
+        self.fitted.fit()
 
     def show_bars(self, labels: list[str], values: list[float | None], errors: list[tuple[float, float] | None],
-                  colors: list[str], reason: str = "", reference: float | None = None) -> None:
-        """Draw one bar per label; ``errors`` are (below, above) half-widths; ``reason`` shown when no bar."""
+                  colors: list[str], reason: str = "", reference: float | None = None,
+                  notes: list[str] | None = None, title: str | None = None) -> None:
+        """Draw one bar per label; ``errors`` are (below, above) half-widths; ``reason`` is said when no bar.
+
+        ``notes[i]`` (optional): why bar i has no value, or what its value comes with; a value with
+        a note gets "*", a missing one "n/a"; ``title`` replaces the plot's title.
+        """
         item = self.getPlotItem()
         item.clear()
-        self.values, self.errors = values, errors
+        self.values, self.errors, self.labels = values, errors, labels
+        self.notes = list(notes) if notes is not None else [""] * len(labels)
+        self.marks = []
+        self.fitted.set(title or self.title)
         drawn = [i for i, v in enumerate(values) if v is not None]
-        item.setTitle(self.title if drawn else f"{self.title}: {reason or 'no values'}")
-        item.getAxis("bottom").setTicks([[(i, label) for i, label in enumerate(labels)]])
+        self._ticks()
         if not drawn:
+            self.message.show(reason or "no values")
+            self._tooltip()
+            item.setXRange(-0.6, max(1, len(labels)) - 0.4, padding=0)
+            item.setYRange(0, 1, padding=0)
             return
+        self.message.hide()
         x = np.array(drawn, float)
         heights = np.array([values[i] for i in drawn], float)
         item.addItem(pg.BarGraphItem(x=x, height=heights, width=0.6, brushes=[pg.mkBrush(colors[i]) for i in drawn],
@@ -41,5 +83,64 @@ class BarPlot(pg.PlotWidget):
                                          pen=pg.mkPen("k", width=1)))
         if reference is not None:
             item.addItem(pg.InfiniteLine(reference, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DotLine)))
+        tops = [v + (e[1] if e is not None else 0.0) for v, e in zip(values, errors) if v is not None]
+        bottom = bars_bottom(values, errors)
+        top = max(tops + [reference or 0.0]) * 1.15 - bottom * 0.15  # room for the marks over the bars
+        for i, value in enumerate(values):
+            if value is None:
+                self._mark(i, "n/a", bottom, (0.5, 1.0))
+            elif self.notes[i]:
+                self._mark(i, "*", value + (errors[i][1] if errors[i] is not None else 0.0), (0.5, 1.0))
         item.setXRange(-0.6, len(labels) - 0.4, padding=0)
-        item.enableAutoRange(axis="y")
+        item.setYRange(bottom, top if top > bottom else bottom + 1.0, padding=0)
+        self._tooltip()
+
+    def _mark(self, i: int, text: str, y: float, anchor: tuple[float, float]) -> None:
+        mark = pg.TextItem(text, anchor=anchor, color=QUIET)
+        mark.setPos(i, y)
+        self.getPlotItem().addItem(mark, ignoreBounds=True)
+        self.marks.append(mark)
+
+    def _ticks(self) -> None:
+        """Each bar's label wrapped to its width (two lines, then "n=…"); when one does not fit, every bar is
+        named by its key A, B, … instead (the Compare tab's key line and the tooltip say which is which)."""
+        per_bar = max(40, (self.width() - 70) / max(1, len(self.labels))) - 8
+        axis = self.getPlotItem().getAxis("bottom")
+        metrics = QFontMetrics(axis.style["tickFont"] or QFont())
+        heads, counts = [], []
+        for label in self.labels:
+            head, _, n = label.rpartition("\n")
+            heads.append(head or label)
+            counts.append([n] if head else [])
+        fitted = [_fit(h, per_bar, metrics) for h in heads]
+        keyed = any(f is None for f in fitted)
+        lines = [[group_key(i)] if keyed else f for i, f in enumerate(fitted)]
+        ticks = [(i, "\n".join(head + n)) for i, (head, n) in enumerate(zip(lines, counts))]
+        axis.setTicks([ticks])
+        rows = max((len(text.split("\n")) for _, text in ticks), default=1)
+        axis.setHeight(metrics.lineSpacing() * rows + 14)
+        if keyed != self.keyed:
+            self.keyed = keyed
+            self.keyed_changed.emit(keyed)
+
+    def _tooltip(self) -> None:
+        """The whole title, every label, and every bar's note (the "*" and "n/a" marks)."""
+        lines = [self.fitted.text]
+        for label, value, note in zip(self.labels, self.values, self.notes):
+            shown = " ".join(label.split())
+            lines.append(f"{shown}: " + ("n/a" if value is None else f"{value:.4g}") + (f" — {note}" if note else ""))
+        self.setToolTip("\n".join(lines))
+
+    def tick_texts(self) -> list[str]:
+        """The bottom axis's tick labels as drawn (for tests)."""
+        ticks = self.getPlotItem().getAxis("bottom")._tickLevels
+        return [text for _, text in ticks[0]] if ticks else []
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if "fitted" not in self.__dict__:  # a resize while the base class builds the widget
+            return
+        self.fitted.fit()
+        self._ticks()
+        if self.toolTip():
+            self._tooltip()

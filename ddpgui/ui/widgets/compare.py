@@ -7,15 +7,14 @@ the GUI thread only draws what they return.  The numbers are those of :mod:`ddpg
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
-from pathlib import Path
 
-import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QGridLayout,
     QHBoxLayout,
@@ -38,34 +37,46 @@ from ddpgui.core.analysis.comparison import (
     GroupStats,
     compute_comparison,
     differing_settings,
-    family_key,
     grouping_settings,
     shown_value,
 )
-from ddpgui.core.analysis.run_stats import RUN_METRICS, RunStats
+from ddpgui.core.analysis.run_stats import RunStats
 from ddpgui.core.hosts import HostStore
-from ddpgui.core.outputs import export, figures, tables
+from ddpgui.core.outputs import figures
 from ddpgui.core.store import RunStore, SweepRecord
 from remote_runner.status import FINAL_STATES
 
-from ..dialogs.export import ExportDialog
 from ..plots.bars import BarPlot
-from ..plots.buffer import SeriesBuffer
-from ..plots.live_plot import LivePlot
-from .compare_rows import COLUMNS, estimate_row, ratio_row
+from ..plots.compare_curves import MeanCurvesPlot
+from ..plots.scaling import ScalingPlot
+from .compare_export import ExportMixin
+from .compare_rows import COLUMNS, fill_table, table_value
 
 EMPTY_TEXT = ("No runs to compare yet.\n\nAdd runs from the Runs tab: right-click → Add to comparison,\n"
               "or pick a sweep above and press Add sweep.")
 #: Group-by choice that keeps the analysis' own groups (runs with the same settings).
 BY_SETTING = "setting"
 ALIGN = ("step", "time")
-#: Pen styles that go with figures.LINESTYLES (a repeat gets the next one).
-PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)
-#: Rows of the numbers table beyond the per-run metrics: the comparison's ratios.
-RATIOS = ("speedup", "memory_saving", "scaling_efficiency")
 
 
-class CompareView(QWidget):
+def _note(value: float | None, reason: str) -> str:
+    """What a bar's mark says: why it has no value, or that its value is from a run that never settled."""
+    return reason if value is None or "not settled" in reason else ""
+
+
+class SweepChooser(QComboBox):
+    """The sweep drop-down: it reads the sweeps again each time it opens (one may have started or ended)."""
+
+    def __init__(self, refresh, **kwargs):
+        super().__init__(**kwargs)
+        self._refresh = refresh
+
+    def showPopup(self) -> None:  # noqa: N802 (Qt's name)
+        self._refresh()
+        super().showPopup()
+
+
+class CompareView(ExportMixin, QWidget):
     """Pick runs or a sweep, choose baseline, grouping and x alignment; see every number; export."""
 
     def __init__(self, store: RunStore, hosts: HostStore | None, settings: QSettings,
@@ -88,7 +99,9 @@ class CompareView(QWidget):
         self.runs_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.remove_button = QPushButton("Remove", objectName="compare_remove", toolTip="Remove the selected runs")
         self.clear_button = QPushButton("Clear", objectName="compare_clear")
-        self.sweep_combo = QComboBox(objectName="compare_sweep", minimumWidth=200)
+        self.sweep_combo = SweepChooser(self.refresh_sweeps, objectName="compare_sweep", minimumWidth=200)
+        self._sweeps_later = QTimer(self, singleShot=True, interval=300)  # one read for a burst of run updates
+        self._sweeps_later.timeout.connect(self.refresh_sweeps)
         self.add_sweep_button = QPushButton("Add sweep", objectName="compare_add_sweep",
                                             toolTip="Add the finished runs of the chosen sweep")
         self.baseline_combo = QComboBox(objectName="compare_baseline", minimumWidth=160,
@@ -102,14 +115,19 @@ class CompareView(QWidget):
         self.status = QLabel(objectName="compare_status", wordWrap=True,
                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.legend = QLabel(objectName="compare_legend", wordWrap=True)
+        self.individual_box = QCheckBox("Each run", objectName="compare_individual",
+                                        toolTip="Draw each repeat faintly under its setting's mean and 95% interval")
+        self.individual_box.setChecked(str(settings.value("compare/individual", "true")).lower() == "true")
 
-        self.loss_plot = LivePlot("loss", "training loss", "step")
+        self.loss_plot = MeanCurvesPlot()
         self.throughput_plot = BarPlot("steady throughput (mean ± 95% CI)", "samples/s")
         self.memory_plot = BarPlot("peak memory (mean ± 95% CI)", "GiB")
         self.speedup_plot = BarPlot("speedup vs baseline (95% CI)", "×")
-        self.scaling_plot = pg.PlotWidget(objectName="scaling_plot")
-        self.scaling_plot.getPlotItem().setLabel("bottom", "processes (GPUs)")
-        self.scaling_plot.getPlotItem().addLegend(offset=(10, 10))
+        self.scaling_plot = ScalingPlot()
+        self.bar_plots = (self.throughput_plot, self.memory_plot, self.speedup_plot)
+        self._legend: tuple[list[GroupStats], dict[str, tuple[str, str]]] = ([], {})
+        for plot in self.bar_plots:
+            plot.keyed_changed.connect(self._fill_legend)
         self.table_model = QStandardItemModel(0, len(COLUMNS))
         self.table_model.setHorizontalHeaderLabels(list(COLUMNS))
         self.table = QTableView(objectName="compare_table")
@@ -135,10 +153,11 @@ class CompareView(QWidget):
         controls.addWidget(self.group_combo, 2, 1)
         controls.addWidget(QLabel("Align by"), 2, 2)
         controls.addWidget(self.align_combo, 2, 3)
+        controls.addWidget(self.individual_box, 2, 4)
         buttons = QHBoxLayout()
         for button in (self.remove_button, self.clear_button, self.export_button):
             buttons.addWidget(button)
-        controls.addLayout(buttons, 3, 0, 1, 4)
+        controls.addLayout(buttons, 3, 0, 1, 5)
         top.addLayout(controls, 3)
 
         plots = QWidget()
@@ -168,6 +187,7 @@ class CompareView(QWidget):
         self.baseline_combo.activated.connect(self._baseline_chosen)
         self.group_combo.activated.connect(self._group_chosen)
         self.align_combo.currentTextChanged.connect(self._align_chosen)
+        self.individual_box.toggled.connect(self._individual_chosen)
         self.export_button.clicked.connect(self.ask_export)
         self._show_state()
 
@@ -183,9 +203,14 @@ class CompareView(QWidget):
         self.recompute()
 
     def on_update(self, update) -> None:
-        """A compared run that has just ended changes the numbers: compute them again (a RunUpdate)."""
-        if update.run is not None and update.run.id in self.run_ids and update.run.state in FINAL_STATES:
+        """A RunUpdate: a compared run that has just ended changes the numbers (computed again); a sweep's
+        run that changed state may have started or ended its sweep (the sweep chooser is read again)."""
+        if update.run is None:
+            return
+        if update.run.id in self.run_ids and update.run.state in FINAL_STATES:
             self.recompute()
+        if update.run.sweep_id:
+            self._sweeps_later.start()
 
     def _remove_selected(self) -> None:
         gone = {item.data(Qt.ItemDataRole.UserRole) for item in self.runs_list.selectedItems()}
@@ -213,19 +238,37 @@ class CompareView(QWidget):
         if sweep_id:
             self.add_sweep(sweep_id)
 
-    def add_sweep(self, sweep_id: str) -> None:
-        """Add the sweep's finished runs (read on a worker)."""
+    def add_sweep(self, sweep_id: str, replace: bool = False) -> None:
+        """Add the sweep's finished runs (read on a worker); ``replace``: compare those alone, nothing else."""
         def added(runs) -> None:
             done = [r.id for r in runs if r.state == "finished"]
             skipped = len(runs) - len(done)
-            self.add_runs(done)
+            if replace:
+                if done:
+                    self.baseline = None  # the previous comparison's baseline is not one of these
+                    self.set_runs(done)
+                index = self.sweep_combo.findData(sweep_id)
+                if index >= 0:
+                    self.sweep_combo.setCurrentIndex(index)
+            else:
+                self.add_runs(done)
+            verb = "Comparing" if replace else "Added"
             if not done:
                 self.status.setText("That sweep has no finished runs yet.")
             elif skipped:
-                self.status.setText(f"Added {len(done)} finished runs of the sweep ({skipped} not finished left out).")
+                self.status.setText(f"{verb} {len(done)} finished runs of the sweep ({skipped} not finished left out).")
 
         self.loader(self.store.sweep_runs, sweep_id, on_return=added,
                     on_error=lambda exc: self.status.setText(f"Could not read the sweep: {exc}"))
+
+    def compare_sweep(self, sweep_id: str) -> None:
+        """Compare this sweep's finished runs instead of what was compared (the status bar's Compare)."""
+        self.refresh_sweeps()
+        self.add_sweep(sweep_id, replace=True)
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        self.refresh_sweeps()
 
     # ---- computing -----------------------------------------------------------------------
     def recompute(self) -> None:
@@ -314,6 +357,10 @@ class CompareView(QWidget):
             self.group_combo.setCurrentIndex(index)
         self.draw()
 
+    def _individual_chosen(self, on: bool) -> None:
+        self.settings.setValue("compare/individual", "true" if on else "false")
+        self.draw()
+
     def _align_chosen(self, text: str) -> None:
         self.settings.setValue("compare/align", text)
         self.draw()
@@ -352,99 +399,59 @@ class CompareView(QWidget):
         comparison = self.comparison
         groups = self.ordered_groups()
         colours = self.colours(groups)
-        self.legend.setText("Colour: " + "  ".join(f'<span style="color:{c}">■</span> {value}'
-                                                   for c, value in dict.fromkeys(colours.values())))
+        self._legend = (groups, colours)
         labels = [f"{g.label}\nn={g.n}" for g in groups]
         bar_colours = [colours[g.key][0] for g in groups]
         unit = comparison.groups[0].runs[0].throughput_unit
         self.throughput_plot.getPlotItem().setLabel("left", unit)
-        for plot, metric in ((self.throughput_plot, "throughput"), (self.memory_plot, "mem_peak_gib")):
+        memory_unit, scale = figures.memory_unit(g.metrics["mem_peak_gib"].mean for g in groups)
+        self.memory_plot.getPlotItem().setLabel("left", memory_unit)
+        for plot, metric, factor in ((self.throughput_plot, "throughput", 1.0), (self.memory_plot, "mem_peak_gib",
+                                                                                 scale)):
             estimates = [g.metrics[metric] for g in groups]
-            plot.show_bars(labels, [e.mean for e in estimates],
-                           [None if e.ci95 is None else (e.ci95, e.ci95) for e in estimates], bar_colours,
-                           "; ".join(sorted({e.reason for e in estimates if e.reason})))
+            plot.show_bars(labels, [None if e.mean is None else e.mean * factor for e in estimates],
+                           [None if e.ci95 is None else (e.ci95 * factor, e.ci95 * factor) for e in estimates],
+                           bar_colours, "; ".join(sorted({e.reason for e in estimates if e.reason})),
+                           notes=[_note(e.mean, e.reason) for e in estimates])
         ratios = [comparison.speedup[g.key] for g in groups]
-        self.speedup_plot.getPlotItem().setLabel("left", f"× vs {comparison.baseline_group.label}")
-        self.speedup_plot.show_bars(labels, [r.value for r in ratios], [figures.ratio_error(r) for r in ratios],
-                                    bar_colours, "; ".join(sorted({r.reason for r in ratios if r.reason})),
-                                    reference=1.0)
-        self._draw_curves(groups, colours)
-        self._draw_scaling(groups, colours)
+        base = comparison.baseline_group.label
+        self.speedup_plot.getPlotItem().setLabel("left", "×")
+        if len(groups) < 2:
+            self.speedup_plot.show_bars(labels, [None] * len(groups), [None] * len(groups), bar_colours,
+                                        "One setting only: nothing to compare with the baseline.",
+                                        title=f"speedup vs {base}")
+        else:
+            self.speedup_plot.show_bars(labels, [r.value for r in ratios], [figures.ratio_error(r) for r in ratios],
+                                        bar_colours, "; ".join(sorted({r.reason for r in ratios if r.reason})),
+                                        reference=1.0, notes=[_note(r.value, r.reason) for r in ratios],
+                                        title=f"speedup vs {base} (95% CI)")
+        self.loss_plot.show_groups(comparison, self.curves, self.align_combo.currentText(),
+                                   {k: c for k, (c, _) in colours.items()}, [g.key for g in groups],
+                                   figures.run_labels(comparison), self.individual_box.isChecked())
+        self.scaling_plot.show_scaling(comparison, {k: c for k, (c, _) in colours.items()}, groups)
+        self._fill_legend()  # after the bars: it names their keys and marks
         self._fill_table(groups)
 
-    def _draw_curves(self, groups: list[GroupStats], colours: dict[str, tuple[str, str]]) -> None:
-        x_axis = self.align_combo.currentText()
-        labels = figures.run_labels(self.comparison)
-        plot = self.loss_plot
-        plot.remove_curves()
-        plot.getPlotItem().setLabel("bottom", figures.X_LABELS[x_axis])
-        for g in groups:
-            for k, run in enumerate(g.runs):
-                curve = self.curves.get(run.run_id)
-                if curve is None:
-                    continue
-                buffer = SeriesBuffer(max(16, len(curve.step)))
-                buffer.extend(curve.step if x_axis == "step" else curve.time, curve.loss)
-                plot.add_curve(run.run_id, buffer, labels[run.run_id], colours[g.key][0],
-                               style=PEN_STYLES[k % len(PEN_STYLES)])
-        plot.getPlotItem().enableAutoRange()
-        plot.mark_dirty()
-        plot.redraw()
-
-    def _draw_scaling(self, groups: list[GroupStats], colours: dict[str, tuple[str, str]]) -> None:
-        item = self.scaling_plot.getPlotItem()
-        item.clear()
-        item.legend.clear()
-        families: dict[str, list[GroupStats]] = {}
-        for g in groups:
-            if self.comparison.scaling[g.key].value is not None:
-                families.setdefault(family_key(g), []).append(g)
-        families = {k: v for k, v in families.items() if len(v) >= 2}
-        unit = self.comparison.groups[0].runs[0].throughput_unit
-        item.setLabel("left", unit)
-        if not families:
-            item.setTitle("scaling: needs a 1-process run and an N-process run with otherwise the same settings")
-            return
-        item.setTitle("scaling (mean ± 95% CI; dotted: ideal N × 1-process)")
-        for members in families.values():
-            members.sort(key=lambda g: g.world_size)
-            colour = colours[members[0].key][0]
-            n = np.array([g.world_size for g in members], float)
-            est = [g.metrics["throughput"] for g in members]
-            mean = np.array([e.mean for e in est], float)
-            one = next(e.mean for g, e in zip(members, est) if g.world_size == 1)
-            words = [w for w in members[0].label.split() if not w.endswith("×")]
-            item.plot(n, mean, pen=pg.mkPen(colour, width=1.5), symbol="o", symbolBrush=colour,
-                      name=" ".join(words) or "throughput")
-            item.addItem(pg.ErrorBarItem(x=n, y=mean, height=2 * np.array([e.ci95 or 0.0 for e in est]), beam=0.1,
-                                         pen=pg.mkPen(colour)))
-            item.plot(n, n * one, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DotLine))
-        sizes = sorted({g.world_size for members in families.values() for g in members})
-        item.getAxis("bottom").setTicks([[(s, str(s)) for s in sizes]])
+    def _fill_legend(self, *_: object) -> None:
+        """Which colour is which; and, when the bars are named A, B, … (long labels), which key is which."""
+        groups, colours = self._legend
+        text = "Colour: " + "  ".join(f'<span style="color:{c}">■</span> {html.escape(value)}'
+                                      for c, value in dict.fromkeys(colours.values()))
+        if any(plot.keyed for plot in self.bar_plots):
+            text += "<br>Bars: " + "; ".join(f"<b>{figures.group_key(i)}</b> {html.escape(g.label)} (n={g.n})"
+                                             for i, g in enumerate(groups))
+        if any(note and value is not None for plot in self.bar_plots for note, value in zip(plot.notes, plot.values)):
+            text += "<br>* from a run that never settled: the mean of all its intervals after warm-up (hover a plot)"
+        self.legend.setText(text)
 
     def _fill_table(self, groups: list[GroupStats]) -> None:
-        comparison = self.comparison
-        model = self.table_model
-        model.removeRows(0, model.rowCount())
-        ratios = {"speedup": comparison.speedup, "memory_saving": comparison.memory_saving,
-                  "scaling_efficiency": comparison.scaling}
-        for g in groups:
-            setting = g.label + (" (baseline)" if g.key == comparison.baseline else "")
-            for metric in RUN_METRICS:
-                model.appendRow(estimate_row(setting, g.key, metric, tables.metric_unit(metric, comparison),
-                                              g.metrics[metric]))
-            for metric in RATIOS:
-                model.appendRow(ratio_row(setting, g.key, metric, tables.UNITS[metric], ratios[metric][g.key]))
+        fill_table(self.table_model, self.comparison, groups)
         self.table.resizeColumnsToContents()
+        self.table.setColumnWidth(COLUMNS.index("Note"), max(self.table.columnWidth(COLUMNS.index("Note")), 260))
 
     def table_value(self, group_key: str, metric: str, column: str = "Value") -> float | None:
         """The number behind a table cell (for tests and copy): None when the cell is empty."""
-        col = COLUMNS.index(column)
-        for row in range(self.table_model.rowCount()):
-            first = self.table_model.item(row, 0)
-            if first.data(Qt.ItemDataRole.UserRole) == group_key and self.table_model.item(row, 1).text() == metric:
-                return self.table_model.item(row, col).data(Qt.ItemDataRole.UserRole)
-        raise KeyError((group_key, metric))
+        return table_value(self.table_model, group_key, metric, column)
 
     def _show_state(self) -> None:
         has = self.comparison is not None and bool(self.run_ids)
@@ -454,34 +461,3 @@ class CompareView(QWidget):
         self.clear_button.setEnabled(bool(self.run_ids))
         if not self.run_ids:
             self.status.setText("")
-
-    # ---- export --------------------------------------------------------------------------
-    def ask_export(self) -> ExportDialog:
-        dialog = ExportDialog(self.settings, self)
-        dialog.accepted.connect(lambda: self.export(Path(dialog.folder.text().strip()), dialog.chosen_formats(),
-                                                    dialog.width()))
-        dialog.open()
-        return dialog
-
-    def export(self, folder: Path, formats: list[str], width: str) -> None:
-        """Write the chosen formats into ``folder`` on a worker; the status line says what was written where."""
-        if self.comparison is None:
-            return
-        self.export_button.setEnabled(False)
-        self.exported = None
-        self.status.setText(f"Exporting to {folder}…")
-
-        def done(written: figures.Exported) -> None:
-            self.exported = written
-            self.export_button.setEnabled(True)
-            skipped = "; ".join(f"no {name} figure: {why}" for name, why in written.skipped.items())
-            self.status.setText(f"Wrote {len(written.paths)} files to {folder}: "
-                                f"{', '.join(p.name for p in written.paths)}" + (f". {skipped}" if skipped else ""))
-
-        def failed(exc: Exception) -> None:
-            self.export_button.setEnabled(True)
-            self.status.setText(f"Export failed: {exc}")
-
-        self.loader(export.export_steps, self.comparison, self.store, folder, formats, width,
-                    self.align_combo.currentText(), on_yield=lambda text: self.status.setText(f"Exporting: {text}"),
-                    on_return=done, on_error=failed)

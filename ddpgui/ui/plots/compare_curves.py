@@ -1,0 +1,136 @@
+"""The Compare tab's loss plot: each setting's mean over its repeats with a shaded 95% interval, runs faintly.
+
+The aggregation is :func:`ddpgui.core.analysis.curves.group_curves` (the exported loss figure's
+own); the band is reduced to pixel columns as the figure does
+(:func:`ddpgui.core.outputs.curves.band_envelope`).  Like the figure, the y range is the
+curves' (runs and means), not the interval's: with two repeats t(0.975, 1) = 12.7 makes the
+interval far wider than the runs, and it is cut at the view rather than squeezing the curves.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+
+from ddpgui.core.analysis.comparison import Comparison, Curve
+from ddpgui.core.analysis.curves import MeanCurve, group_curves
+from ddpgui.core.outputs.curves import band_envelope
+from ddpgui.core.outputs.style import X_LABELS
+
+from .buffer import SeriesBuffer
+from .live_plot import LivePlot
+from .plot_text import FittedTitle, PlotMessage
+
+#: Pen styles that go with figures.LINESTYLES (a repeat gets the next one).
+PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)
+#: Pixel columns the band is reduced to (at most; fewer points are drawn as they are).
+BAND_COLUMNS = 2000
+#: How faint each run is under its group's mean (alpha of its opaque tint).
+FAINT = 90
+
+
+def mean_key(group_key: str) -> str:
+    """The curve key of a group's mean (runs are keyed by their run id)."""
+    return f"mean:{group_key}"
+
+
+@dataclass
+class Band:
+    """A group's shaded interval: the fill and its two edges (kept to take them out again)."""
+
+    fill: pg.FillBetweenItem
+    edges: tuple[pg.PlotCurveItem, pg.PlotCurveItem]
+    x: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+class MeanCurvesPlot(LivePlot):
+    """Loss per group: the mean (and its band where n ≥ 2) in the group's colour; each run faint (``individual``)."""
+
+    def __init__(self, parent=None):
+        super().__init__("loss", "training loss", "step", parent)
+        self.setObjectName("compare_loss")
+        self.fitted = FittedTitle(self, "loss")
+        self.message = PlotMessage(self.getPlotItem())
+        self.bands: dict[str, Band] = {}
+        self.means: list[MeanCurve] = []
+
+    def show_groups(self, comparison: Comparison, curves: Mapping[str, Curve], x_axis: str,
+                    colours: Mapping[str, str], order: Sequence[str], labels: Mapping[str, str],
+                    individual: bool = True) -> None:
+        """Draw the groups in ``order`` (group keys) in ``colours``; ``labels``: run id → its name."""
+        self.remove_curves()
+        item = self.getPlotItem()
+        item.setLabel("bottom", X_LABELS[x_axis])
+        self.means = [c for c in group_curves(comparison, curves, x_axis) if len(c.x)]
+        by_key = {c.key: c for c in self.means}
+        repeats = False
+        for key in order:
+            group, mean = comparison.group(key), by_key.get(key)
+            if mean is None:
+                continue
+            colour = colours[key]
+            if group.n > 1:
+                repeats = True
+                if individual:
+                    for k, run_id in enumerate(group.run_ids):
+                        self._run(run_id, curves.get(run_id), x_axis, labels[run_id], colour, k, legend=False)
+                self._band(key, mean, colour)
+                buffer = SeriesBuffer(max(16, len(mean.x)))
+                ok = np.isfinite(mean.x) & np.isfinite(mean.mean)
+                buffer.extend(mean.x[ok], mean.mean[ok])
+                self.add_curve(mean_key(key), buffer, f"{group.label} (mean of n={group.n})", colour, width=2.0)
+            else:  # one run: its own curve, the group's mean
+                self._run(group.run_ids[0], curves.get(group.run_ids[0]), x_axis, group.label, colour, 0)
+        self.fitted.set("loss: mean ± 95% CI over repeats (shaded)" if repeats else "loss")
+        if self.means:
+            self.message.hide()
+        else:
+            self.message.show("no compared run has logged a loss yet")
+        item.enableAutoRange()
+        self.mark_dirty()
+        self.redraw()
+
+    def _run(self, run_id: str, curve: Curve | None, x_axis: str, name: str, colour: str, k: int,
+             legend: bool = True) -> None:
+        if curve is None or not len(curve.step):
+            return
+        buffer = SeriesBuffer(max(16, len(curve.step)))
+        buffer.extend(curve.step if x_axis == "step" else curve.time, curve.loss)
+        self.add_curve(run_id, buffer, name, colour, alpha=255 if legend else FAINT,
+                       style=PEN_STYLES[k % len(PEN_STYLES)] if legend else Qt.PenStyle.SolidLine, legend=legend)
+
+    def _band(self, key: str, c: MeanCurve, colour: str) -> None:
+        valid = np.isfinite(c.x) & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
+        if not valid.any():
+            return
+        x, low, high = band_envelope(c.x, c.ci_lo, c.ci_hi, valid, BAND_COLUMNS, float(np.nanmin(c.x)),
+                                     float(np.nanmax(c.x)))
+        edges = (pg.PlotCurveItem(x, low, connect="finite", pen=pg.mkPen(None)),
+                 pg.PlotCurveItem(x, high, connect="finite", pen=pg.mkPen(None)))
+        tint = pg.mkColor(colour)
+        tint.setAlpha(60)
+        fill = pg.FillBetweenItem(*edges, brush=pg.mkBrush(tint))
+        fill.setZValue(-0.5)  # under the curves, over the grid
+        item = self.getPlotItem()
+        for part in (*edges, fill):
+            item.addItem(part, ignoreBounds=True)  # the view follows the curves, not the (wide) interval
+        self.bands[key] = Band(fill, edges, x, low, high)
+
+    def remove_curves(self) -> None:
+        super().remove_curves()
+        item = self.getPlotItem()
+        for band in self.bands.values():
+            for part in (*band.edges, band.fill):
+                item.removeItem(part)
+        self.bands.clear()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if "fitted" not in self.__dict__:  # a resize while the base class builds the widget
+            return
+        self.fitted.fit()

@@ -1,0 +1,78 @@
+"""The Compare tab's scaling plot: throughput against process count per family, with the ideal line.
+
+The legend sits below the axes (:class:`~ddpgui.ui.plots.live_plot.OutsideLegend`), never over
+the points; without a family to draw the plot says why at its centre.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+
+from ddpgui.core.analysis.comparison import Comparison, GroupStats, family_key
+
+from .live_plot import OutsideLegend
+from .plot_text import FittedTitle, PlotMessage
+
+NO_FAMILY = "Scaling needs a 1-process run and an N-process run with otherwise the same settings."
+
+
+class ScalingPlot(pg.PlotWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent=parent)
+        self.setObjectName("scaling_plot")
+        item = self.getPlotItem()
+        item.setLabel("bottom", "processes (GPUs)")
+        item.getAxis("left").enableAutoSIPrefix(False)
+        self.legend = OutsideLegend()
+        item.layout.addItem(self.legend, 4, 1)
+        item.legend = self.legend
+        item.getViewBox().sigResized.connect(lambda *_: self.legend.fit(item.getViewBox().width()))
+        self.fitted = FittedTitle(self, "scaling")
+        self.message = PlotMessage(item)
+        self.families: list[list[GroupStats]] = []
+
+    def show_scaling(self, comparison: Comparison, colours: Mapping[str, str], order: list[GroupStats]) -> None:
+        item = self.getPlotItem()
+        item.clear()
+        self.legend.clear()
+        families: dict[str, list[GroupStats]] = {}
+        for g in order:
+            if comparison.scaling[g.key].value is not None:
+                families.setdefault(family_key(g), []).append(g)
+        self.families = [v for v in families.values() if len(v) >= 2]
+        item.setLabel("left", comparison.groups[0].runs[0].throughput_unit)
+        if not self.families:
+            self.fitted.set("scaling")
+            item.getAxis("bottom").setTicks(None)
+            item.setXRange(0, 1)
+            item.setYRange(0, 1)
+            self.message.show(NO_FAMILY)
+            self.legend.updateSize()
+            return
+        self.message.hide()
+        self.fitted.set("scaling: mean ± 95% CI; dotted: ideal N × 1-process")
+        for members in self.families:
+            members.sort(key=lambda g: g.world_size)
+            colour = colours[members[0].key]
+            n = np.array([g.world_size for g in members], float)
+            est = [g.metrics["throughput"] for g in members]
+            mean = np.array([e.mean for e in est], float)
+            one = next(e.mean for g, e in zip(members, est) if g.world_size == 1)
+            words = [w for w in members[0].label.split() if not w.endswith("×")]
+            item.plot(n, mean, pen=pg.mkPen(colour, width=1.5), symbol="o", symbolBrush=colour,
+                      name=" ".join(words) or "throughput")
+            item.addItem(pg.ErrorBarItem(x=n, y=mean, height=2 * np.array([e.ci95 or 0.0 for e in est]), beam=0.1,
+                                         pen=pg.mkPen(colour)))
+            item.plot(n, n * one, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DotLine))
+        sizes = sorted({g.world_size for members in self.families for g in members})
+        item.getAxis("bottom").setTicks([[(s, str(s)) for s in sizes]])
+        item.enableAutoRange()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if "fitted" not in self.__dict__:  # a resize while the base class builds the widget
+            return
+        self.fitted.fit()
