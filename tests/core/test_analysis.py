@@ -19,6 +19,7 @@ from ddpgui.core.analysis import (
     steady_start,
     t_quantile,
 )
+from ddpgui.core.analysis.steady import FALLBACK_MIN_INTERVALS, fallback_note
 from ddpgui.core.hosts import HostProfile, HostStore
 from ddpgui.core.store import RunStore
 
@@ -339,3 +340,37 @@ def test_the_noise_band_widens_the_tolerance_on_noisy_runs():
     # without the noise term δ = 4.5: windows j = 0, 2, 4, 6, 8 have median 110 (off), the odd ones 90;
     # the last off is j = 8 → start 9; x[9] = 90 is within → 3 steady values, ≥ 20% of 12 = 2.4
     assert steady_start(x, SteadyRule(noise_z=0.0)) == (9, "")
+
+
+def _rates_run(store, run_id, rates, steps=None):
+    """A run whose intervals after its 2 warm-up steps have these throughputs (no compile)."""
+    rates = [50.0, 50.0] + list(rates)
+    metrics = [{"t": 1000.0 + s, "phase": "train", "step": s + 1, "loss": 1.0, "samples_per_s": r, "mem_peak_gib": 1.0,
+                "warmup": s < 2} for s, r in enumerate(rates)]
+    return store_run(store, run_id, dict(BASE, steps=steps or len(rates)), metrics, state="stopped")
+
+
+@pytest.mark.parametrize("intervals", [FALLBACK_MIN_INTERVALS - 1, FALLBACK_MIN_INTERVALS, 40])
+def test_a_run_that_never_settled_falls_back_on_all_its_intervals_when_it_has_enough(store, intervals):
+    # a level, then a jump at the very end: only the last interval is near the final median → never settled
+    rates = [10.0] * (intervals - 2) + [90.0, 50.0]
+    _rates_run(store, "rough", rates)
+    strict = analysis.run_stats(store, "rough")
+    assert strict.throughput.mean is None and strict.throughput.reason.startswith("throughput never settled")
+    result = analysis.compute_comparison(store, None, ["rough"])
+    est = result.comparison.groups[0].metrics["throughput"]
+    if intervals < FALLBACK_MIN_INTERVALS:  # too little to stand for the run: no value, the strict reason
+        assert est.mean is None and est.reason == strict.throughput.reason
+        return
+    expected = 1.0 / np.mean(1.0 / np.array(rates))  # work over time across every interval after warm-up
+    assert est.mean == pytest.approx(expected) and est.n == intervals and est.over == "intervals"
+    assert est.reason == fallback_note(intervals, strict.throughput.reason)
+    assert est.reason.startswith(f"from {intervals} intervals after warm-up, not settled (only the last ")
+    assert "throughput" not in result.comparison.groups[0].runs[0].reasons
+    # a speedup against it says so; a settled run's own value has no such note
+    constant_run(store, "steady", 100.0, dict(BASE, steps=30), steps=30)
+    comparison = analysis.compute_comparison(store, None, ["steady", "rough"]).comparison
+    rough = comparison.groups[1].key
+    assert comparison.speedup[rough].value == pytest.approx(expected / 100.0)
+    assert comparison.speedup[rough].reason.startswith("not settled: from")
+    assert comparison.groups[0].metrics["throughput"].reason == ""
