@@ -74,13 +74,13 @@ class BarPlot(pg.PlotWidget):
         x = np.array(drawn, float)
         heights = np.array([values[i] for i in drawn], float)
         item.addItem(pg.BarGraphItem(x=x, height=heights, width=0.6, brushes=[pg.mkBrush(colors[i]) for i in drawn],
-                                     pens=[pg.mkPen("k", width=0.5)] * len(drawn)))
+                                     pens=[pg.mkPen(pg.getConfigOption("background"), width=0.5)] * len(drawn)))
         with_ci = [i for i in drawn if errors[i] is not None]
         if with_ci:
             item.addItem(pg.ErrorBarItem(x=np.array(with_ci, float), y=np.array([values[i] for i in with_ci], float),
                                          bottom=np.array([errors[i][0] for i in with_ci], float),
                                          top=np.array([errors[i][1] for i in with_ci], float), beam=0.2,
-                                         pen=pg.mkPen("k", width=1)))
+                                         pen=pg.mkPen(pg.getConfigOption("foreground"), width=1.5)))
         if reference is not None:
             item.addItem(pg.InfiniteLine(reference, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DotLine)))
         tops = [v + (e[1] if e is not None else 0.0) for v, e in zip(values, errors) if v is not None]

@@ -86,7 +86,7 @@ class MeanCurvesPlot(LivePlot):
                 self.add_curve(mean_key(key), buffer, f"{group.label} (mean of n={group.n})", colour, width=2.0)
             else:  # one run: its own curve, the group's mean
                 self._run(group.run_ids[0], curves.get(group.run_ids[0]), x_axis, group.label, colour, 0)
-        self.fitted.set("loss: mean ± 95% CI over repeats (shaded)" if repeats else "loss")
+        self.fitted.set("loss: mean ± 95% CI of repeats (shaded)" if repeats else "loss")
         if self.means:
             self.message.hide()
         else:

@@ -163,10 +163,12 @@ class CompareView(ExportMixin, QWidget):
         plots = QWidget()
         grid = QGridLayout(plots)
         grid.setContentsMargins(0, 0, 0, 0)
-        for i, plot in enumerate((self.loss_plot, self.throughput_plot, self.memory_plot, self.speedup_plot,
-                                  self.scaling_plot)):
-            grid.addWidget(plot, i // 3, i % 3)
-        grid.addWidget(self.legend, 1, 2, Qt.AlignmentFlag.AlignBottom)
+        grid.addWidget(self.loss_plot, 0, 0, 2, 1)  # two rows high: the curves and their legend below them
+        for i, plot in enumerate((self.throughput_plot, self.memory_plot, self.speedup_plot, self.scaling_plot)):
+            grid.addWidget(plot, i // 2, 1 + i % 2)
+        grid.addWidget(self.legend, 2, 0, 1, 3)
+        for column in range(3):
+            grid.setColumnStretch(column, 1)
         content = QSplitter(Qt.Orientation.Vertical)
         content.addWidget(plots)
         content.addWidget(self.table)
