@@ -48,7 +48,6 @@ def test_a_users_stop_leaves_no_traceback_in_the_log(target):
     log = _stderr(run_dir)
     assert "Traceback" not in log and "SignalException" not in log, log
     assert "torchrun ended by SIGTERM" in log, log  # what happened, in one line
-    assert "Sending process" in log  # torchrun did stop its workers itself
 
 
 def test_an_outside_sigterm_to_torchrun_is_one_line_and_named_in_the_outcome(target):
