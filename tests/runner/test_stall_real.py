@@ -62,8 +62,8 @@ def test_a_script_that_sleeps_mid_run_is_flagged_during_the_sleep_and_cleared_af
         if not late and (manager.store.get_run(record.id).last_step or 0) >= 5:
             late.append(StallWatch(manager, policy))
             late[0].watch(record.id)
-        elif late:
-            late.append(late[0].check()[record.id])
+        elif late and record.id in late[0].check():  # (it stops watching the run once it has reported its end)
+            late.append(late[0].decision(record.id))
 
     try:
         record = launch(manager, "--steps=8", "--stall=12", "--eval=12", "--step_s=0.25")

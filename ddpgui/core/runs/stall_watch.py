@@ -119,24 +119,30 @@ class StallWatch:
                 detector.ended = update.run.state
 
     def _seed(self, run_id: str) -> StallDetector | None:
-        """A detector for the run from the store (its events, metric times and last lines); None for a run that
-        is no longer active or not in the store."""
+        """A detector for the run, seeded from the store; None for a run no longer active or not in the store."""
         try:
             record = self.manager.store.get_run(run_id)
         except KeyError:
             return None
         if not record.active:
             return None
-        detector = StallDetector.for_config(record.config, self.policy, self.clock)
-        for node in range(max(1, len(record.run_dirs))):
-            for rec in self.manager.store.records(run_id, EVENTS, node):
-                detector.add(EVENTS, rec, node)
-        series = self.manager.store.series(run_id, METRICS, keys=("t", "warmup"))
-        for t, warmup in zip(series["t"], series["warmup"]):
-            if np.isfinite(t):
-                detector.add(METRICS, {"t": float(t), "warmup": bool(warmup == 1)})
-        tail = self.manager.store.log_tail(run_id, STDOUT)
-        lines = tail[-SEED_TAIL_BYTES:].decode("utf-8", "replace").splitlines()
-        detector.lines.extend(line[:500] for line in lines[len(tail) > SEED_TAIL_BYTES:] if line.strip())
-        self._runs[run_id] = detector
+        detector = self._runs[run_id] = detector_for_run(self.manager.store, record, self.policy, self.clock)
         return detector
+
+
+def detector_for_run(store, record, policy: StallPolicy | None = None, clock=time.time) -> StallDetector:
+    """A detector for the stored run ``record``, fed what the store holds of it: its events, its metric records'
+    times, the last lines of its stdout (telemetry is not read back: the processes' liveness and the GPUs'
+    idleness are judged from the records that arrive from now on)."""
+    detector = StallDetector.for_config(record.config, policy, clock)
+    for node in range(max(1, len(record.run_dirs))):
+        for rec in store.records(record.id, EVENTS, node):
+            detector.add(EVENTS, rec, node)
+    series = store.series(record.id, METRICS, keys=("t", "warmup"))
+    for t, warmup in zip(series["t"], series["warmup"]):
+        if np.isfinite(t):
+            detector.add(METRICS, {"t": float(t), "warmup": bool(warmup == 1)})
+    tail = store.log_tail(record.id, STDOUT)
+    lines = tail[-SEED_TAIL_BYTES:].decode("utf-8", "replace").splitlines()
+    detector.lines.extend(line[:500] for line in lines[len(tail) > SEED_TAIL_BYTES:] if line.strip())
+    return detector
