@@ -323,3 +323,16 @@ def test_an_inference_run_warming_up_its_next_precision_is_a_phase():
     assert (decision.state, decision.label) == (PHASE, "warming up"), decision.reason
     detector.add("metrics.jsonl", {"t": 47.5, "phase": "inference", "precision": "fp16", "step": 1})
     assert detector.decide(47.5).state == OK and max(detector.intervals) < 0.2
+
+
+def test_a_multi_node_run_is_judged_on_every_node():
+    detector = StallDetector(SMALL)
+    for step in range(1, 11):
+        detector.add("metrics.jsonl", {"t": float(step), "step": step})
+        for node in (0, 1):
+            detector.add("telemetry.jsonl", {"t": float(step), "kind": "cpu", "nprocs": 3}, node=node)
+    detector.add("telemetry.jsonl", {"t": 40.0, "kind": "cpu", "nprocs": 3}, node=0)
+    decision = detector.decide(40.0)  # node 1 has said nothing for 30 s: its link, not a stall
+    assert decision.state == UNKNOWN and decision.reason.startswith("nothing from node 1 for 30 s"), decision.reason
+    detector.add("telemetry.jsonl", {"t": 40.0, "kind": "cpu", "nprocs": 3}, node=1)
+    assert detector.decide(40.0).reason.endswith("processes alive (6)")

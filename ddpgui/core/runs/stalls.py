@@ -411,8 +411,9 @@ class StallDetector:
             return "no telemetry from the host yet: its processes cannot be seen"
         stale = [node for node, (t, _) in self.cpu.items() if now - t > self.alive_s]
         if stale:
-            newest = max(t for t, _ in self.cpu.values())
-            return f"nothing from the host for {format_span(now - newest)}: the link may be down, not judged"
+            node = min(stale, key=lambda n: self.cpu[n][0])
+            where = "the host" if len(self.cpu) == 1 else f"node {node}"
+            return f"nothing from {where} for {format_span(now - self.cpu[node][0])}: the link may be down, not judged"
         gone = [node for node, (_, nprocs) in self.cpu.items() if nprocs <= 0]
         if gone:
             return "its processes have ended; waiting for the run's final state"
