@@ -1,6 +1,7 @@
 """Open logs: the full stdout and stderr of each node in a viewer with search, following a live run."""
 import pytest
 from helpers.stored_runs import put_spool
+from PySide6.QtCore import Qt
 
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore
@@ -69,6 +70,12 @@ def test_search_finds_next_and_previous_round_the_end_with_or_without_case(viewe
                      ("3 of 3", "the last ERROR line"), ("1 of 3", "rank 1: ValueError: injected failure")]
     assert viewer.find_previous() and viewer.matches.text() == "3 of 3"  # round from the top to the end
     assert viewer.find_previous() and viewer.matches.text() == "2 of 3"
+    qtbot.keyClick(viewer.search, Qt.Key.Key_Return)  # Enter: the next one (and nothing else)
+    assert viewer.matches.text() == "3 of 3"
+    qtbot.keyClick(viewer.search, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert viewer.matches.text() == "2 of 3"
+    qtbot.keyClick(viewer.text, Qt.Key.Key_F3)
+    assert viewer.matches.text() == "3 of 3"
     assert not viewer.follow.isChecked()  # reading a place: new lines must not scroll it away
     viewer.case.setChecked(True)
     assert viewer.match_count() == 0 and viewer.matches.text() == "no match"

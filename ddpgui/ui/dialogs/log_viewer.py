@@ -97,6 +97,8 @@ class LogViewer(QDialog):
         self.previous_button = QPushButton("Previous", objectName="log_viewer_previous",
                                            toolTip="The match before (Shift+Enter, Shift+F3)")
         self.next_button = QPushButton("Next", objectName="log_viewer_next", toolTip="The next match (Enter, F3)")
+        for button in (self.previous_button, self.next_button):
+            button.setAutoDefault(False)  # Enter in the search box is Next, not also the dialog's default button
         self.case = QCheckBox("Match case", objectName="log_viewer_case")
         self.matches = QLabel(objectName="log_viewer_matches")
         self.follow = QCheckBox("Follow", objectName="log_viewer_follow", checked=True,
