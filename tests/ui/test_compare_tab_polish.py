@@ -16,6 +16,7 @@ from ddpgui.core.hosts import HostStore
 from ddpgui.core.outputs import figures
 from ddpgui.core.runs.follower import RunUpdate
 from ddpgui.core.store import RunStore
+from ddpgui.core.sweeps import SweepProgress
 from ddpgui.ui.plots.compare_curves import mean_key
 from ddpgui.ui.plots.plot_text import TITLE_PT
 from ddpgui.ui.plots.scaling import NO_FAMILY
@@ -317,3 +318,24 @@ def test_every_plot_shows_all_its_data_right_after_add_sweep_in_the_window(windo
     assert points and all(x0 <= x <= x1 and y0 <= y <= y1 for x, y in points)
     _inside(view.scaling_plot)
     _inside(view.loss_plot)
+
+
+def test_the_sweep_chooser_follows_the_status_bars_progress_and_keeps_an_unchanged_list(view, store, qtbot):
+    view.refresh_sweeps()
+    qtbot.waitUntil(lambda: view.sweep_combo.currentText() == "no sweeps yet", timeout=10_000)
+    put_recorded(store, "sweep")
+    progress = SweepProgress(SWEEP_ID, SWEEP["sweeps"][0]["name"], "done", 12, {"done": 12}, 1.0, None, [])
+    view.on_sweep_progress(progress)  # what the status bar's sweeps part reports as a sweep ends
+    qtbot.waitUntil(lambda: view.sweep_combo.currentData() == SWEEP_ID, timeout=10_000)
+    assert "(done)" in view.sweep_combo.currentText()
+    removed, read = [], []
+    view.sweep_combo.model().rowsRemoved.connect(lambda *args: removed.append(args))
+    set_sweeps = view._set_sweeps
+    view._set_sweeps = lambda sweeps: (set_sweeps(sweeps), read.append(len(sweeps)))
+    view.refresh_sweeps()  # as when the drop-down opens: read again, nothing changed
+    qtbot.waitUntil(lambda: read == [1], timeout=10_000)
+    assert not removed and view.sweep_combo.currentData() == SWEEP_ID  # not rebuilt under an open list
+    store.update_sweep(SWEEP_ID, state="stopped")
+    view.sweep_combo.showPopup()  # opening it reads the sweeps again
+    qtbot.waitUntil(lambda: "(stopped)" in view.sweep_combo.currentText(), timeout=10_000)
+    view.sweep_combo.hidePopup()

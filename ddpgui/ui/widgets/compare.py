@@ -44,6 +44,7 @@ from ddpgui.core.analysis.run_stats import RunStats
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.outputs import figures
 from ddpgui.core.store import RunStore, SweepRecord
+from ddpgui.core.store.records import SWEEP_FINAL_STATES
 from remote_runner.status import FINAL_STATES
 
 from ..plots.bars import BarPlot
@@ -102,6 +103,7 @@ class CompareView(ExportMixin, QWidget):
         self.sweep_combo = SweepChooser(self.refresh_sweeps, objectName="compare_sweep", minimumWidth=200)
         self._sweeps_later = QTimer(self, singleShot=True, interval=300)  # one read for a burst of run updates
         self._sweeps_later.timeout.connect(self.refresh_sweeps)
+        self._wanted_sweep: str | None = None  # the sweep the chooser shows once it is read (compare_sweep)
         self.add_sweep_button = QPushButton("Add sweep", objectName="compare_add_sweep",
                                             toolTip="Add the finished runs of the chosen sweep")
         self.baseline_combo = QComboBox(objectName="compare_baseline", minimumWidth=160,
@@ -224,16 +226,22 @@ class CompareView(ExportMixin, QWidget):
                     on_error=lambda exc: self.status.setText(f"Could not read the sweeps: {exc}"))
 
     def _set_sweeps(self, sweeps: list[SweepRecord]) -> None:
-        current = self.sweep_combo.currentData()
         self.sweeps = sweeps
-        self.sweep_combo.clear()
-        for sweep in sweeps:
-            self.sweep_combo.addItem(f"{sweep.name} ({sweep.state})", sweep.id)
-        if not sweeps:
-            self.sweep_combo.addItem("no sweeps yet", None)
-        index = self.sweep_combo.findData(current)
-        self.sweep_combo.setCurrentIndex(max(0, index))
+        combo = self.sweep_combo
+        items = [(f"{sweep.name} ({sweep.state})", sweep.id) for sweep in sweeps] or [("no sweeps yet", None)]
+        wanted = self._wanted_sweep if any(i == self._wanted_sweep for _, i in items) else combo.currentData()
+        if items != [(combo.itemText(i), combo.itemData(i)) for i in range(combo.count())]:
+            combo.clear()  # only when something changed: an open drop-down is not rebuilt under the mouse
+            for text, sweep_id in items:
+                combo.addItem(text, sweep_id)
+        combo.setCurrentIndex(max(0, combo.findData(wanted)))
+        self._wanted_sweep = None
         self.add_sweep_button.setEnabled(bool(sweeps))
+
+    def on_sweep_progress(self, progress) -> None:
+        """A SweepProgress (the status bar's): a cell that changed or a sweep that ended is read again."""
+        if progress.changed is not None or progress.state in SWEEP_FINAL_STATES:
+            self._sweeps_later.start()
 
     def _add_chosen_sweep(self) -> None:
         sweep_id = self.sweep_combo.currentData()
@@ -265,6 +273,7 @@ class CompareView(ExportMixin, QWidget):
 
     def compare_sweep(self, sweep_id: str) -> None:
         """Compare this sweep's finished runs instead of what was compared (the status bar's Compare)."""
+        self._wanted_sweep = sweep_id
         self.refresh_sweeps()
         self.add_sweep(sweep_id, replace=True)
 
