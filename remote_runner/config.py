@@ -120,6 +120,9 @@ class RunConfig:
     script: Optional[ScriptConfig] = None
     env: dict[str, str] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
+    #: The host's GPUs the run was given (nvidia-smi's indices, one per process of a node; ``--gpus 0,3``),
+    #: or None for the host's default.  ``env`` then carries the matching CUDA_VISIBLE_DEVICES.
+    gpus: Optional[list[int]] = None
 
     def __post_init__(self) -> None:
         if self.schema != SCHEMA_VERSION:
@@ -163,6 +166,8 @@ class RunConfig:
         if self.mode == "script" and self.script is None:
             raise ConfigError("script", "script mode needs script.dir and script.entry")
         check_env(self.env)
+        if self.gpus is not None:
+            _check_gpus(self.gpus, self.nproc_per_node, self.env)
 
     @property
     def world_size(self) -> int:
@@ -173,6 +178,27 @@ class RunConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _check_gpus(gpus: list, nproc: int, env: dict) -> None:
+    """``gpus``: distinct indices, one per process of a node, agreeing with env's CUDA_VISIBLE_DEVICES."""
+    if not gpus:
+        raise ConfigError("gpus", "name at least one GPU, or leave gpus out for the host's default")
+    for index in gpus:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ConfigError("gpus", "GPU indices are whole numbers from 0, got %r" % (index,))
+    if len(set(gpus)) != len(gpus):
+        raise ConfigError("gpus", "each GPU may be named once, got %s" % ",".join(map(str, gpus)))
+    if len(gpus) != nproc:
+        raise ConfigError("gpus", "%d GPU%s (%s) for %d process%s per node: give one GPU per process "
+                          "(--nproc %d), or name %d GPU%s" % (
+                              len(gpus), "" if len(gpus) == 1 else "s", ",".join(map(str, gpus)), nproc,
+                              "" if nproc == 1 else "es", len(gpus), nproc, "" if nproc == 1 else "s"))
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible != ",".join(map(str, gpus)):
+        raise ConfigError("gpus", "the run is given GPUs %s but its environment sets CUDA_VISIBLE_DEVICES=%s: "
+                          "leave CUDA_VISIBLE_DEVICES out of env, the GPUs choice sets it"
+                          % (",".join(map(str, gpus)), visible))
 
 
 def _one_of(name: str, value: object, allowed: tuple) -> None:

@@ -94,7 +94,9 @@ def check_indices(snapshot: HostSnapshot, indices: tuple[int, ...],
         gpu = snapshot.gpu(index)
         if gpu is None:
             listed = ", ".join(map(str, have)) if have else "none"
-            raise GpuChoiceError(f"{snapshot.host} has no GPU {index} (its GPUs: {listed})",
+            lost = [g for g in snapshot.gpus if g.index is None and g.state != "ok"]
+            also = "".join(f"; a GPU without an index (bus {g.bus_id or '?'}) {g.busy_reason()}" for g in lost)
+            raise GpuChoiceError(f"{snapshot.host} has no GPU {index} (its GPUs: {listed}){also}",
                                  "choose among the GPUs the host monitor shows")
         if gpu.state != "ok":
             raise GpuChoiceError(f"GPU {index} of {snapshot.host} cannot run anything: {gpu.busy_reason()}",
