@@ -3,7 +3,9 @@ comma lists and KEY=VALUE."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from remote_runner.config import (
     BACKENDS,
@@ -14,6 +16,15 @@ from remote_runner.config import (
     WORKLOADS,
     env_problem,
 )
+
+from ..core.gpus.launching import check_env, check_nproc, plan_gpus
+from ..core.gpus.monitor import snapshot_once
+from ..core.gpus.picker import GpuChoice, GpuChoiceError, parse_gpu_choice
+from ..core.gpus.snapshot import HostSnapshot
+from .common import CLIError, terminal_text
+
+if TYPE_CHECKING:
+    from ..core.runs.manager import RunManager
 
 #: Launch options that set one config field each (option dest → field); ``ddpgui sweep`` takes each as a list.
 SCALAR_SETTINGS = {
@@ -67,6 +78,41 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-checkpointing", action="store_true")
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--env", action="append", type=env_pair, metavar="KEY=VALUE", help="environment for the run")
+    p.add_argument("--gpus", type=gpu_choice, default=None, metavar="0,3|free:N",
+                   help="the host's GPUs to run on (nvidia-smi's indices), or any N free ones; one process per GPU "
+                        "(--nproc follows); see them with: ddpgui gpus HOST")
+
+
+def gpu_choice(text: str) -> GpuChoice:
+    """The ``--gpus`` value (argparse type)."""
+    try:
+        return parse_gpu_choice(text)
+    except GpuChoiceError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} ({exc.hint})" if exc.hint else str(exc)) from None
+
+
+def gpu_settings(choice: GpuChoice, settings: dict, hosts: list[str], manager: RunManager,
+                 nproc: int | list[int] | None = None) -> dict:
+    """``settings`` for a run (or a sweep's every cell) on the chosen GPUs of ``hosts``, after one snapshot of
+    each host over the manager's connections; a busy GPU is a warning on stderr naming who holds it, a
+    contradiction, a missing GPU or a Slurm cluster (its scheduler gives the GPUs) a CLIError."""
+    slurm = [host for host in hosts if manager.is_slurm(host)]
+    if slurm:
+        raise CLIError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
+                       "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
+
+    def snapshot_of(host: str) -> HostSnapshot:
+        return snapshot_once(host, lambda: manager.targets.target(host))
+
+    try:
+        check_nproc(choice, settings.get("nproc_per_node") if nproc is None else nproc)
+        check_env(choice, settings.get("env"))
+        plan = plan_gpus({host: snapshot_of(host) for host in hosts}, choice)
+    except GpuChoiceError as exc:
+        raise CLIError(str(exc), exc.hint) from None
+    for warning in plan.warnings:
+        print(f"warning: {terminal_text(warning)}; running on it anyway", file=sys.stderr)
+    return plan.settings(settings)
 
 
 def env_pair(text: str) -> tuple[str, str]:

@@ -88,9 +88,12 @@ def _print_summary(store: RunStore, run_id: str) -> None:
 
 def print_runs_table(runs: list[RunRecord]) -> None:
     """``ddpgui runs``: one line per run, names and hosts cut to their column."""
-    print(f"{'id':<22} {'name':<32} {'host':<12} {'state':<9} {'step':>11} {'samples/s':>10}")
+    gpus = any((r.config or {}).get("gpus") is not None for r in runs)  # a GPUs column when a run chose some
+    print(f"{'id':<22} {'name':<32} {'host':<12} {'state':<9} {'step':>11} {'samples/s':>10}" + ("  gpus" if gpus else ""))
     for r in runs:
         step = f"{r.last_step or 0}/{r.total_steps}" if r.total_steps else str(r.last_step or 0)
         rate = r.summary.get("steady_samples_per_s")
+        chosen = (r.config or {}).get("gpus")
         print(f"{r.id:<22} {terminal_text(r.name)[:32]:<32} {terminal_text(r.host)[:12]:<12} {r.state:<9} {step:>11} "
-              f"{format_rate(rate, '') if rate else '-':>10}")
+              f"{format_rate(rate, '') if rate else '-':>10}"
+              + (f"  {','.join(map(str, chosen)) if chosen is not None else '-'}" if gpus else ""))

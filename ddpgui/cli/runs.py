@@ -14,7 +14,7 @@ from ..core.runs.manager import RunManager
 from ..core.runs.nodes import node_states
 from ..core.store import RunRecord, RunStore
 from .common import EXIT_OK, CLIError, find_run, open_manager, terminal_text
-from .options import add_launch_settings, launch_settings
+from .options import add_launch_settings, gpu_settings, launch_settings
 from .render import follow_live, print_runs_table
 
 
@@ -42,6 +42,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
             raise CLIError(f"--nnodes {args.nnodes} is for a Slurm cluster host"
                            + (f", and {args.host} is not one" if args.host else ""),
                            "for one run across SSH hosts name them: ddpgui launch --nodes A,B (one node each)")
+        if args.gpus is not None:
+            settings = _on_gpus(manager, args, settings)
         cfg = manager.config_for(args.host, settings) if args.host and not args.nodes else make_config(settings)
         if args.nodes:
             record = _launch_nodes(manager, args, cfg)
@@ -51,6 +53,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
             raise CLIError("name the host to run on", "ddpgui launch HOST ..., or ddpgui launch --nodes A,B ... for "
                            "one run across several hosts")
         return _launched(manager, record, args.follow)
+
+
+def _on_gpus(manager: RunManager, args: argparse.Namespace, settings: dict) -> dict:
+    """``--gpus``: the settings for the chosen GPUs of the run's host(s), after one snapshot of each."""
+    hosts = [h.strip() for h in args.nodes.split(",") if h.strip()] if args.nodes else [args.host] if args.host else []
+    return gpu_settings(args.gpus, settings, hosts, manager)
 
 
 def _launch_nodes(manager: RunManager, args: argparse.Namespace, cfg) -> RunRecord:
@@ -116,6 +124,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         if record.hint:
             print(f"  hint        {text(record.hint, True)}")
         print(f"  settings    {text(settings_text(cfg))}")
+        if cfg.get("gpus") is not None:
+            print(f"  gpus        {','.join(map(str, cfg['gpus']))} (CUDA_VISIBLE_DEVICES)")
         print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
         for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
             if record.summary.get(key) is not None:

@@ -26,7 +26,7 @@ from .common import (
     open_manager,
     terminal_text,
 )
-from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, launch_settings
+from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, gpu_settings, launch_settings
 
 #: Off a terminal (a log file), the progress line is repeated at most this often between cells.
 LOG_EVERY_S = 30.0
@@ -55,6 +55,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _resume(args, args.resume)
     spec = _spec(args)
     with open_manager(args) as manager, SweepRunner(manager) as runner:
+        if args.gpus is not None:
+            spec.base = gpu_settings(args.gpus, spec.base, spec.hosts, manager, nproc=spec.matrix.get("nproc_per_node"))
         sweep = runner.create(spec)
         cells = manager.store.sweep_cells(sweep.id)
         intro = (f"sweep {terminal_text(repr(sweep.name))} ({sweep.id}): {len(cells)} runs on "
