@@ -41,7 +41,7 @@ from .proctree import end_process
 
 #: A stream that ended is started again after this long (a driver reload, nvidia-smi crashing).
 RESTART_AFTER_S = 10.0
-#: How long the first snapshot waits for nvidia-smi's first GPU row.
+#: How long the first snapshot waits for nvidia-smi's first whole table (its first GPU line coming again).
 FIRST_ROW_WAIT_S = 30.0
 #: Fields older drivers do not know; the GPU query goes on without them.
 OPTIONAL_GPU_FIELDS = ("mig.mode.current", "pci.bus_id", "power.draw")
@@ -126,15 +126,19 @@ class SmiSource:
         self._lost: dict[str, tuple[dict, float]] = {}
         self._known: dict[str, dict] = {}  # bus id -> the last row of that GPU, to name a lost GPU by its index
         self._batch: tuple[Optional[str], list[dict], float] = (None, [], float("-inf"))
-        self._first = threading.Event()
+        # The first table is whole once a GPU's line comes a second time (nvidia-smi's next loop began): a
+        # snapshot taken earlier, on a loaded host, can catch the first loop half printed (2 of 8 GPUs).
+        self._seen: set = set()
+        self._whole = threading.Event()
 
     def start(self) -> None:
         self.gpu_stream.start()
         self.app_stream.start()
 
     def ready(self) -> bool:
-        """Whether the first GPU row came (or the GPU stream ended): before that a snapshot would show no GPU."""
-        return self._first.is_set() or self.gpu_stream.problem() is not None
+        """Whether nvidia-smi's first table came whole (or the GPU stream ended): before that a snapshot would
+        show none or only some of the GPUs."""
+        return self._whole.is_set() or self.gpu_stream.problem() is not None
 
     def close(self) -> None:
         self.gpu_stream.stop()
@@ -144,16 +148,20 @@ class SmiSource:
         lost = parse_lost_line(line)
         with self._lock:
             if lost is not None:
-                self._lost[bus_key(lost["bus_id"]) or line] = (lost, at)
+                key = ("lost", bus_key(lost["bus_id"]) or line)
+                self._lost[key[1]] = (lost, at)
             else:
                 try:
                     gpu = parse_gpu_row(line, self.gpu_fields)
                 except ValueError:
                     return
+                key = ("gpu", gpu["index"])
                 self._rows[gpu["index"]] = (gpu, at)
                 if gpu["bus_id"]:
                     self._known[bus_key(gpu["bus_id"])] = gpu
-        self._first.set()
+            if key in self._seen:
+                self._whole.set()
+            self._seen.add(key)
 
     def _on_app_line(self, line: str, at: float) -> None:
         try:
