@@ -366,10 +366,8 @@ class Dashboard(QWidget):
         if update.run is not None:
             live, run = trace.live, update.run
             changed = (live.state, live.message) != (run.state, run.message)
-            live.state, live.message, live.hint = run.state, run.message, run.hint
+            live.set_run(run)  # state, message, hint, summary, and the start and end elapsed time is measured by
             self.slurm.update({trace.run_id: slurm_of(run)} if slurm_of(run) else {})
-            if run.summary:
-                live.summary = run.summary
             if trace.run_id == self.run_id and not trace.multinode:
                 self.log_tail.run_changed()  # ended: the run's end lines follow its log
         # a node can end after the run's state was set (a stop marks the run first): read again until all have
