@@ -102,6 +102,8 @@ def test_table_numbers_are_those_of_analysis_compare(view, store, qtbot):
     # every run's whole loss curve, by step (faintly), and the mean of each group of repeats
     means = {mean_key(g.key) for g in expected.groups if g.n > 1}
     assert set(view.loss_plot.curves) == set(ids) | means and len(means) == 2
+    # drawn raw (every point) once the plot has its width: 60 points take fewer pixels than that
+    qtbot.waitUntil(lambda: len(view.loss_plot.curve_data("b1")[0]) == POINTS, timeout=10_000)
     x, y = view.loss_plot.curve_data("b1")
     np.testing.assert_array_equal(x, np.arange(1, POINTS + 1))
     np.testing.assert_array_equal(y, [r["loss"] for r in _metrics(190.0, 2)])

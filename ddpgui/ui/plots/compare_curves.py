@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 
 from ddpgui.core.analysis.comparison import Comparison, Curve
 from ddpgui.core.analysis.curves import MeanCurve, group_curves
@@ -58,6 +58,11 @@ class MeanCurvesPlot(LivePlot):
         self.message = PlotMessage(self.getPlotItem())
         self.bands: dict[str, Band] = {}
         self.means: list[MeanCurve] = []
+        # nothing else redraws this plot (the dashboard has a timer): a resize of the auto-ranged view, as when
+        # the tab is first laid out, redraws the curves for the new width at once
+        self._later = QTimer(self, singleShot=True, interval=0)
+        self._later.timeout.connect(self.redraw)
+        self.getPlotItem().getViewBox().sigResized.connect(self._later.start)
 
     def show_groups(self, comparison: Comparison, curves: Mapping[str, Curve], x_axis: str,
                     colours: Mapping[str, str], order: Sequence[str], labels: Mapping[str, str],
