@@ -110,6 +110,7 @@ class MainWindow(QMainWindow):
         self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
         self.updates.received.connect(self._on_update)
         self.sweeps.compare_requested.connect(self.compare_sweep)
+        self.sweeps.progress_changed.connect(self.compare.on_sweep_progress)  # "(done)" in its chooser at once
         self.tabs.currentChanged.connect(lambda _: self.tabs.currentWidget() is self.compare and
                                          self.compare.refresh_sweeps())
         self._shortcuts()

@@ -293,3 +293,18 @@ def test_speedup_axis_shows_an_interval_that_reaches_below_zero(store):
     with matplotlib.rc_context(figures.RC):
         fig, _ = figures.draw_figure(comparison, store, "memory", "single", dpi=100)
     assert fig.axes[0].get_ylim()[0] == 0.0
+
+
+def test_a_value_from_a_run_that_never_settled_is_drawn_and_its_footnote_says_so(store):
+    from helpers.recorded_runs import put_recorded
+
+    ids = put_recorded(store, "ordinary")  # four real runs of 40, 150, 600 steps and one stopped
+    comparison = analysis.compute_comparison(store, None, ids, ids[0]).comparison
+    with matplotlib.rc_context(figures.RC):
+        fig, _ = figures.draw_figure(comparison, store, "throughput", "double", dpi=100)
+    notes = fig._supxlabel.get_text()
+    remarks = [line for line in notes.splitlines() if "not settled" in line]
+    assert remarks and not any("n/a" in line for line in remarks), notes
+    marked = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()[-1] in "¹²³⁴⁵⁶⁷⁸⁹"]
+    assert marked, [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(fig.axes[0].patches) == len(comparison.groups)  # every run has its bar

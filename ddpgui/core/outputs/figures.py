@@ -21,6 +21,7 @@ import numpy as np
 
 from ..analysis.comparison import Comparison, GroupStats, family_key
 from ..analysis.stats import Ratio
+from ..analysis.steady import is_fallback
 from ..store import RunStore
 from .style import CHAR_EM, FOOTER_PT, TICK_EM, TICK_PT, Notes, Style, outside_legend, shared_settings
 
@@ -239,6 +240,8 @@ def _bars(ax, comparison: Comparison, values: list[float | None], errors: list, 
     for i, (v, why) in enumerate(zip(values, reasons)):
         if v is not None and why and counts[i] != groups[i].n:  # a value over fewer runs than the group has
             labels[i] = labels[i].replace(f"n={groups[i].n}", f"n={counts[i]} of {groups[i].n}{notes.footnote(why)}")
+        elif v is not None and is_fallback(why):  # from a stopped or short run that never settled: said so
+            labels[i] = labels[i].replace(f"n={groups[i].n}", f"n={groups[i].n}{notes.footnote(why, missing=False)}")
     ax.set_xticks(pos, labels)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     bottom = bars_bottom(values, errors)

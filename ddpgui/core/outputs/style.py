@@ -80,11 +80,12 @@ class Notes:
         self.chars = int(inches * 72 / (FOOTER_PT * CHAR_EM)) - 2
         self.key: list[str] = []
         self.shared = ""
-        self.footnotes: list[str] = []
+        self.footnotes: list[str] = []  # each with its prefix: "n/a: " for a value left out, "" for a remark
 
-    def footnote(self, reason: str) -> str:
-        """The mark of ``reason``'s footnote ("¹", "²", …), adding it when new."""
-        text = reason or "no value"
+    def footnote(self, reason: str, missing: bool = True) -> str:
+        """The mark of ``reason``'s footnote ("¹", "²", …), adding it when new; ``missing``: it says why a value
+        is left out ("n/a: …"), else it remarks on a value drawn (from a run that never settled, say)."""
+        text = ("n/a: " if missing else "") + (reason or "no value")
         if text not in self.footnotes:
             self.footnotes.append(text)
         return SUPERSCRIPTS[self.footnotes.index(text) % len(SUPERSCRIPTS)]
@@ -92,7 +93,7 @@ class Notes:
     def lines(self, caption: str) -> list[str]:
         parts = list(self.key)
         parts += [self.shared] if self.shared else []
-        parts += [f"{SUPERSCRIPTS[i % len(SUPERSCRIPTS)]} n/a: {r}" for i, r in enumerate(self.footnotes)]
+        parts += [f"{SUPERSCRIPTS[i % len(SUPERSCRIPTS)]} {r}" for i, r in enumerate(self.footnotes)]
         parts += [caption] if caption else []
         return [line for part in parts for line in textwrap.wrap(part, self.chars, subsequent_indent="   ") or [""]]
 
