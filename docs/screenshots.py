@@ -1,0 +1,114 @@
+"""The README's pictures, made from real runs on this computer: ``python docs/screenshots.py [--quick]``.
+
+It keeps everything in a temporary data folder (your own runs and hosts are not touched). It runs a sweep of mlp
+runs (1 and 2 processes × 3 seeds) with the CLI and exports its comparison with ``ddpgui compare``: the
+double-column PNG and PDF figures into docs/figures/, the single-column ones into ``--single`` to be looked at.
+Then it opens the real main window, starts a live run and grabs the window (docs/screenshot.png) and the
+Compare tab with the sweep (docs/compare.png).  Run it under a display (Xvfb is enough:
+``Xvfb :99 -screen 0 1600x1000x24 & DISPLAY=:99 QT_QPA_PLATFORM=xcb python docs/screenshots.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+REPO = DOCS.parent
+
+
+def _cli(args: list[str], timeout: float = 900) -> str:
+    proc = subprocess.run([sys.executable, "-m", "ddpgui", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode:
+        raise SystemExit(f"ddpgui {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def sweep_and_figures(steps: int, single: Path) -> str:
+    """The sweep, its double-column figures into docs/figures and its single-column ones into ``single``."""
+    _cli(["sweep", "local", "--workload", "mlp", "--nproc", "1,2", "--steps", str(steps), "--repeats", "3",
+          "--name", "mlp processes, 3 seeds"])
+    (sweep,) = json.loads(_cli(["sweeps", "--json"]))
+    _cli(["compare", "--sweep", sweep["id"], "--out", str(single), "--format", "png,pdf,curves", "--width", "single"])
+    out = Path(tempfile.mkdtemp())
+    _cli(["compare", "--sweep", sweep["id"], "--out", str(out), "--format", "png,pdf", "--width", "double"])
+    for path in out.iterdir():
+        if path.suffix in (".png", ".pdf") and (DOCS / "figures" / path.name).exists():
+            path.replace(DOCS / "figures" / path.name)
+    return sweep["id"]
+
+
+def window_shots(sweep_id: str, live_steps: int) -> None:
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from ddpgui.ui.app import create_app, open_stores
+    from ddpgui.ui.main_window import MainWindow
+
+    app = create_app([])
+    settings = QSettings(str(Path(os.environ["DDPGUI_CONFIG_DIR"]) / "shots.ini"), QSettings.Format.IniFormat)
+    store, hosts = open_stores()
+    window = MainWindow(store=store, hosts=hosts, settings=settings)
+    window.resize(1500, 950)
+    window.show()
+    window.probe_at_start()
+
+    def pump(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.02)
+
+    pump(8)  # This computer's probe
+    panel = window.launch_panel  # launched from the form, as a user does
+    panel.workload.setCurrentText("mlp")
+    panel.nproc.setValue(2)
+    panel.precision.setCurrentText("bf16")
+    panel.length_unit.setCurrentText("steps")
+    panel.length.setValue(live_steps)
+    panel.launch_button.click()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and window.dashboard.run_id is None:
+        pump(0.2)
+    run_id = window.dashboard.run_id
+    while time.monotonic() < deadline:
+        pump(0.5)
+        run = store.get_run(run_id)
+        if run.last_step and run.total_steps and run.last_step >= 0.45 * run.total_steps:
+            break
+    pump(1.5)
+    window.grab().save(str(DOCS / "screenshot.png"))
+    window.manager.wait(run_id, timeout=600)
+
+    window.compare_sweep(sweep_id)  # as the status bar's Compare button does
+    pump(10)
+    window.grab().save(str(DOCS / "compare.png"))
+    QTimer.singleShot(0, window.close)
+    pump(1)
+    window.manager.close()
+    QApplication.quit()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (to try the script)")
+    parser.add_argument("--single", default=os.path.join(tempfile.gettempdir(), "ddpgui-single-column"),
+                        help="where the single-column figures go, to look at (default: a temporary folder)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ddpgui-shots-") as tmp:
+        os.environ.update(DDPGUI_DATA_DIR=os.path.join(tmp, "data"), DDPGUI_CONFIG_DIR=os.path.join(tmp, "config"),
+                          DDPGUI_CACHE_DIR=os.path.join(tmp, "cache"))
+        sweep_id = sweep_and_figures(60 if args.quick else 400, Path(args.single))
+        window_shots(sweep_id, 300 if args.quick else 3000)
+    print("wrote", DOCS / "screenshot.png", DOCS / "compare.png", DOCS / "figures", "and", args.single)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
