@@ -1,21 +1,51 @@
 """How the CLI shows runs: a run followed live to its end (progress line, events, summary) and the table of runs."""
 from __future__ import annotations
 
+import json
 import sys
 import threading
+import time
 
 from remote_runner.spools import EVENTS
 
+from ..core.paths import config_dir
 from ..core.runs.live import LiveRun, format_rate, progress_line, run_summary, summary_lines
 from ..core.runs.manager import RunManager, RunUpdate
+from ..core.runs.stall_watch import detector_for_run
+from ..core.runs.stalls import OK, PHASE, StallPolicy, StallPolicyError
 from ..core.store import RunRecord, RunStore
 from .common import EXIT_FAILED, EXIT_INTERRUPTED, STATE_EXIT, terminal_text
 
+#: The CLI's stall thresholds (StallPolicy.to_dict() as JSON) in the config folder; defaults without one.
+STALLS_FILE = "stalls.json"
 
-def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) -> int:
-    """Print a live line (at most every ``line_interval_s``) until the run has ended; returns the exit code."""
+
+def stall_policy() -> StallPolicy:
+    """The thresholds ``ddpgui follow`` judges stalls by: ``stalls.json`` in the config folder, else the defaults
+    (a file that cannot be used is said on stderr, and the defaults used)."""
+    path = config_dir() / STALLS_FILE
+    if not path.is_file():
+        return StallPolicy()
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return StallPolicy.from_dict(data)
+    except (OSError, ValueError, StallPolicyError) as exc:  # StallPolicyError names the field
+        hint = getattr(exc, "hint", "") or 'write it as a JSON object, e.g. {"min_silence_s": 300}'
+        print(f"stall detection: {path} cannot be used ({exc}); the default thresholds are used\nHint: {hint}",
+              file=sys.stderr)
+        return StallPolicy()
+
+
+def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5,
+                policy: StallPolicy | None = None) -> int:
+    """Print a live line (at most every ``line_interval_s``) until the run has ended; returns the exit code.
+    A stall (docs/STALLS.md, by ``policy``, default :func:`stall_policy`) is said once on stderr, ``stalled?
+    REASON``, and ``progressing again`` when it clears."""
     record = manager.store.get_run(run_id)
     live = LiveRun.of_run(record)  # its elapsed time from the run's own start, as every view (run_elapsed_s)
+    stall = detector_for_run(manager.store, record, policy or stall_policy())
     lock = threading.Lock()
     said = {"queue": record.message if record.state == "queued" else None}
     if record.state == "queued":
@@ -29,6 +59,10 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
                 print(f"\nconnection to {terminal_text(update.host)} lost; reconnecting", file=sys.stderr)
             return
         with lock:
+            now = time.time()
+            stall.add_records(update.records, update.node, now)
+            for spool, data in update.logs.items():
+                stall.add_output(spool, data, update.node, now)
             if update.run is not None:
                 live.set_run(update.run)
             queued = update.run is not None and update.run.state == "queued"
@@ -44,6 +78,7 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
     unsubscribe = manager.subscribe(on_update)
     tty = sys.stdout.isatty()
     last_step = -1
+    stalled = None  # the since of the stall said (once per stall)
     try:
         while True:
             try:
@@ -55,6 +90,13 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5) 
                 if live.step != last_step and live.step:
                     print(("\r" if tty else "") + progress_line(live), end="" if tty else "\n", flush=True)
                     last_step = live.step
+                d = stall.decide()
+            if d.stalled and d.since != stalled:
+                stalled = d.since
+                print(("\n" if tty else "") + f"stalled? {terminal_text(d.reason)}", file=sys.stderr, flush=True)
+            elif stalled is not None and not d.stalled and d.state in (OK, PHASE):
+                stalled = None
+                print(("\n" if tty else "") + "progressing again", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print(f"\ninterrupted; the run goes on on its host (ddpgui follow {run_id})", file=sys.stderr)
         return EXIT_INTERRUPTED

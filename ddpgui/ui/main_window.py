@@ -33,6 +33,7 @@ from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.sweep import SweepDialog
 from .menus import build_menus
 from .prompts import Prompts
+from .stall_alerts import StallAlerts
 from .texts import without_class_name
 from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
@@ -123,6 +124,7 @@ class MainWindow(QMainWindow):
         self.idle_timer = QTimer(self, interval=60_000)
         self.idle_timer.timeout.connect(self.check_idle_hosts)
         self.idle_timer.start()
+        self.stall_alerts = StallAlerts(self)  # "stalled?" in the table and header, notified once per stall
         build_menus(self)  # File, View, Sweeps, Settings, Help
 
     # ---- setup -----------------------------------------------------------------------------
@@ -373,15 +375,16 @@ class MainWindow(QMainWindow):
                 self.hosts_panel.set_status(host, "reachable", "idle")
         self.notify(text, warning=run.state == "failed")
 
-    def notify(self, text: str, warning: bool = False) -> None:
-        """A desktop notification (system tray when there is one) and the status bar."""
+    def notify(self, text: str, warning: bool = False, details: str = "") -> None:
+        """A desktop notification (system tray when there is one) and the status bar; ``details`` (more lines)
+        in the notification only."""
         self.statusBar().showMessage(text, 15000)
         if self.tray is None and QSystemTrayIcon.isSystemTrayAvailable():
             self.tray = QSystemTrayIcon(self.windowIcon(), self)
             self.tray.show()
         if self.tray is not None:
             icon = QSystemTrayIcon.MessageIcon.Warning if warning else QSystemTrayIcon.MessageIcon.Information
-            self.tray.showMessage("ddpgui", text, icon, 8000)
+            self.tray.showMessage("ddpgui", text + (f"\n{details}" if details else ""), icon, 8000)
 
     # ---- idle priced hosts -----------------------------------------------------------------
     @property
@@ -420,6 +423,7 @@ class MainWindow(QMainWindow):
         self.prompts.close()
         self.dashboard.timer.stop()
         self.idle_timer.stop()
+        self.stall_alerts.close()
         self.sweeps.close_runner()  # the sweep's runs go on; it stays resumable
         self.updates.close()
         self.workers.shutdown(3000)

@@ -86,6 +86,7 @@ def build_menus(window) -> None:
     sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), window.new_sweep)
     settings_menu = bar.addMenu("&Settings")
     settings_menu.addAction("Idle host reminder…", window.set_idle_minutes)
+    settings_menu.addAction("Stall detection…", window.stall_alerts.open_settings).setObjectName("menu_stalls")
     help_menu = bar.addMenu("&Help")
     help_menu.addAction("Keyboard shortcuts", lambda: shortcuts_box(window)).setObjectName("menu_shortcuts")
     help_menu.addAction("Documentation", lambda: open_documentation(window)).setObjectName(

@@ -36,7 +36,7 @@ from remote_runner.status import FINAL_STATES
 
 from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
-from .dashboard_header import ElidedLabel, never_widening
+from .dashboard_header import ElidedLabel, StallLine, never_widening
 from .log_tail import LogTail, read_inline
 from .slurm_view import queued_text, slurm_node_line, slurm_of
 
@@ -65,6 +65,8 @@ class Dashboard(QWidget):
         self.title = ElidedLabel("No run selected", objectName="run_title")
         self.state = QLabel(objectName="run_state")
         self.stats = ElidedLabel(objectName="run_stats")
+        self.stall = StallLine(objectName="run_stall")  # "stalled? · why" or a slow phase (set_stalls)
+        self.stalls: dict = {}  # run id → its StallDecision, from the window's StallWatch
         self.error = never_widening(QLabel(objectName="run_error", wordWrap=True, visible=False))
         self.nodes = never_widening(QLabel(objectName="run_nodes", wordWrap=True, visible=False))
         self.advice = never_widening(QLabel(objectName="run_advice", wordWrap=True, visible=False))
@@ -104,9 +106,10 @@ class Dashboard(QWidget):
         head.addWidget(self.state, 0, 1, Qt.AlignmentFlag.AlignRight)
         head.addWidget(self.stop_button, 0, 2)
         head.addWidget(self.stats, 1, 0, 1, 3)
-        head.addWidget(self.nodes, 2, 0, 1, 3)
-        head.addWidget(self.error, 3, 0, 1, 3)
-        head.addWidget(self.advice, 4, 0, 1, 3)
+        head.addWidget(self.stall, 2, 0, 1, 3)
+        head.addWidget(self.nodes, 3, 0, 1, 3)
+        head.addWidget(self.error, 4, 0, 1, 3)
+        head.addWidget(self.advice, 5, 0, 1, 3)
         head.setColumnStretch(0, 1)
         self.options = QWidget()
         options = QHBoxLayout(self.options)
@@ -394,11 +397,17 @@ class Dashboard(QWidget):
             self._render_header()
             self._header_dirty = False
 
+    def set_stalls(self, decisions: dict) -> None:
+        """The stall watch's decisions (run id → StallDecision), after each of its checks."""
+        self.stalls = dict(decisions)
+        self._header_dirty = True
+
     def _render_header(self) -> None:
         live = self.live
         self._show_empty(self.run_id is None)
         active = self.run_id is not None and live.state not in FINAL_STATES
         self.stop_button.setEnabled(active)
+        self.stall.show_decision(self.stalls.get(self.run_id) if active and live.state == "running" else None)
         self.state.setText(live.state if self.run_id else "")
         if self.state.property("state") != live.state:
             self.state.setProperty("state", live.state)

@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStyleOption
 
 #: Width an elided label asks for: enough for a few characters and "…".
 MIN_WIDTH = 40
+#: The colour of a "stalled?" line (as a stopped run's state: something to look at, not an error).
+STALL_COLOR = "#e37400"
 
 
 class ElidedLabel(QLabel):
@@ -53,4 +55,36 @@ def never_widening(label: QLabel) -> QLabel:
     return label
 
 
-__all__ = ["ElidedLabel", "MIN_WIDTH", "never_widening"]
+def stall_text(decision) -> str:
+    """The header's line for a run's :class:`~ddpgui.core.runs.stalls.StallDecision`: ``stalled? · no metrics for
+    4 min 10 s, usually every 0.8 s; …``, a slow phase (``in evaluation (no metrics expected), 12 s so far``), or
+    nothing (progressing, not judged, or no decision)."""
+    if decision is None or not decision.label:
+        return ""
+    return f"stalled? · {decision.reason}" if decision.stalled else decision.reason
+
+
+class StallLine(ElidedLabel):
+    """One elided line under the header's stats: a running run's stall or slow phase, hidden otherwise."""
+
+    def __init__(self, parent=None, **kwargs):
+        super().__init__("", parent, **kwargs)
+        self.setVisible(False)
+        self.stalled = False
+        self.plain = QPalette(self.palette())
+
+    def show_decision(self, decision) -> None:
+        """Show ``decision`` (None: nothing); "stalled?" in its colour, a phase in the header's own."""
+        text = stall_text(decision)
+        stalled = bool(text) and decision.stalled
+        if stalled != self.stalled:
+            self.stalled = stalled
+            palette = QPalette(self.plain)
+            if stalled:
+                palette.setColor(QPalette.ColorRole.WindowText, QColor(STALL_COLOR))
+            self.setPalette(palette)
+        self.setText(text)
+        self.setVisible(bool(text))
+
+
+__all__ = ["ElidedLabel", "MIN_WIDTH", "StallLine", "never_widening", "stall_text"]

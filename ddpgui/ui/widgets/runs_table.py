@@ -27,6 +27,8 @@ from .slurm_view import host_cell, state_cell
 
 COLUMNS = ("Name", "Started", "Host", "Workload", "Compile", "Precision", "Processes", "State", "Step", "Throughput",
            "Peak mem", "Duration", "Cost")
+#: A running run the stall watch flags: its State cell reads this, in this colour, the reason as its tooltip.
+STALLED, STALLED_COLOR = "stalled?", "#e37400"
 STATE_COLORS = {"queued": "#8e6bbf", "running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
                 "failed": "#d93025", "stopped": "#f29900"}
 
@@ -71,6 +73,7 @@ class RunsModel(QAbstractTableModel):
         self.store = store
         self.prices = prices or {}
         self.runs: list[RunRecord] = []
+        self.stalls: dict = {}  # run id → StallDecision (set_stalls)
 
     def reload(self) -> None:
         self.beginResetModel()
@@ -94,6 +97,21 @@ class RunsModel(QAbstractTableModel):
                 del self.runs[row]
                 self.endRemoveRows()
                 return
+
+    def set_stalls(self, decisions: dict) -> None:
+        """The stall watch's decisions (run id → StallDecision): a running run flagged stalled reads "stalled?"
+        in its State cell, the reason as its tooltip; its row is repainted when that changes."""
+        old, self.stalls = self.stalls, dict(decisions)
+        column = COLUMNS.index("State")
+        for row, run in enumerate(self.runs):
+            before, now = old.get(run.id), self.stalls.get(run.id)
+            if (before is not None and before.stalled) or (now is not None and now.stalled):
+                self.dataChanged.emit(self.index(row, column), self.index(row, column))
+
+    def stall_of(self, run: RunRecord):
+        """The run's stall decision when it is running and flagged "stalled?", else None."""
+        decision = self.stalls.get(run.id)
+        return decision if decision is not None and decision.stalled and run.state == "running" else None
 
     def run_at(self, row: int) -> RunRecord:
         return self.runs[row]
@@ -132,7 +150,7 @@ class RunsModel(QAbstractTableModel):
         if column == "Started":
             return started_cell(run), run.started_at or run.created_at or 0.0
         if column == "State":  # a queued Slurm job: with its reason (the whole message is the tooltip)
-            return state_cell(run), run.state
+            return (STALLED if self.stall_of(run) else state_cell(run)), run.state
         if column == "Step":
             step = run.last_step or 0
             return (f"{step}/{run.total_steps}" if run.total_steps else str(step)), step
@@ -161,8 +179,11 @@ class RunsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.UserRole:
             return self.cell(run, column)[1]
         if role == Qt.ItemDataRole.ForegroundRole and column == "State":
-            return QColor(STATE_COLORS.get(run.state, "#5f6368"))
+            return QColor(STALLED_COLOR if self.stall_of(run) else STATE_COLORS.get(run.state, "#5f6368"))
         if role == Qt.ItemDataRole.ToolTipRole:
+            stall = self.stall_of(run) if column == "State" else None
+            if stall is not None:
+                return f"{run.id}\nstalled? {stall.reason}"
             tip = f"{run.id}\n{run.state}"
             if run.message:
                 tip += f": {run.message}"
@@ -247,6 +268,10 @@ class RunsTable(QWidget):
         self.model.rowsInserted.connect(lambda _parent, first, last: self._fit(range(first, last + 1)))
         self.model.modelReset.connect(lambda: self._fit(range(min(self.model.rowCount(), 200))))
         self.model.dataChanged.connect(lambda top, bottom, *_: self._fit(range(top.row(), bottom.row() + 1)))
+
+    def set_stalls(self, decisions: dict) -> None:
+        """See :meth:`RunsModel.set_stalls` (the main window calls this after each stall check)."""
+        self.model.set_stalls(decisions)
 
     def _fit(self, rows) -> None:
         """Widen the Name, Step and the summary's columns to a longer text of ``rows`` (model rows) than they
