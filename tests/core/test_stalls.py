@@ -74,7 +74,7 @@ def test_a_recorded_run_that_sleeps_mid_run_is_flagged_while_silent_and_cleared_
     assert first.kind == "silence" and first.since == steps[15]["t"]  # silent since its last metric record
     assert first.flagged_at == pytest.approx(steps[15]["t"] + SMALL.silence_limit_s(usual))
     assert first.reason.startswith("no metrics for ") and "usually every 0." in first.reason, first.reason
-    assert first.reason.endswith("; processes alive (3)"), first.reason  # supervisor, torchrun, the rank
+    assert first.reason.endswith("; its 3 processes (supervisor, torchrun, ranks) alive"), first.reason
     assert first.label == "stalled?" and first.last_lines[-1] == "step 15 loss 0.89684"
     longest = stalls[-1]
     assert longest.reason.startswith("no metrics for 19 s") or longest.reason.startswith("no metrics for 20 s"), \
@@ -335,4 +335,4 @@ def test_a_multi_node_run_is_judged_on_every_node():
     decision = detector.decide(40.0)  # node 1 has said nothing for 30 s: its link, not a stall
     assert decision.state == UNKNOWN and decision.reason.startswith("nothing from node 1 for 30 s"), decision.reason
     detector.add("telemetry.jsonl", {"t": 40.0, "kind": "cpu", "nprocs": 3}, node=1)
-    assert detector.decide(40.0).reason.endswith("processes alive (6)")
+    assert detector.decide(40.0).reason.endswith("its 6 processes (supervisor, torchrun, ranks) alive")

@@ -79,7 +79,7 @@ def test_a_script_that_sleeps_mid_run_is_flagged_during_the_sleep_and_cleared_af
     # the silent sleep after step 8: "stalled?", silent since step 8's record, its processes alive
     stalls = [d for _, d in seen if d.stalled and d.since == steps[8]["t"]]
     assert stalls, [d.reason for d in changes]
-    assert stalls[0].kind == "silence" and "; processes alive" in stalls[0].reason, stalls[0].reason
+    assert stalls[0].kind == "silence" and "processes (supervisor, torchrun, ranks) alive" in stalls[0].reason, stalls[0].reason
     assert stalls[0].last_lines[-1].startswith("step 8 loss "), stalls[0].last_lines
     assert stalls[0].reason.startswith("no metrics for "), stalls[0].reason
     # cleared once the metrics came back (the first check after step 9 arrived)

@@ -89,7 +89,7 @@ def test_a_run_that_sleeps_is_flagged_in_the_table_and_header_notified_once_and_
 
     qtbot.waitUntil(lambda: state_cell(window, run_id) == "stalled?", timeout=RUN_TIMEOUT_MS)
     tip = state_cell(window, run_id, 3)  # Qt.ItemDataRole.ToolTipRole
-    assert "stalled? no metrics for " in tip and "processes alive" in tip, tip
+    assert "stalled? no metrics for " in tip and "processes (supervisor, torchrun, ranks) alive" in tip, tip
     assert window.store.get_run(run_id).last_step == 8  # flagged during the sleep after step 8
     qtbot.waitUntil(lambda: board.stall.isVisible() and board.stall.text().startswith("stalled? · no metrics for "),
                     timeout=20_000)

@@ -432,7 +432,7 @@ class StallDetector:
         if self.last_output and self.last_output[0] >= self.last_metric["t"]:
             output = f", last output {format_span(now - self.last_output[0])} ago"
         reason = (f"no metrics for {format_span(now - self.last_metric['t'])}, usually every {format_span(usual)}"
-                  f"{output}; processes alive ({nprocs})")
+                  f"{output}; its {nprocs} processes (supervisor, torchrun, ranks) alive")
         return StallDecision(STALLED, reason, since=self.last_activity, flagged_at=self.last_activity + limit,
                              kind="silence", last_lines=lines)
 
