@@ -339,3 +339,18 @@ def test_the_sweep_chooser_follows_the_status_bars_progress_and_keeps_an_unchang
     view.sweep_combo.showPopup()  # opening it reads the sweeps again
     qtbot.waitUntil(lambda: "(stopped)" in view.sweep_combo.currentText(), timeout=10_000)
     view.sweep_combo.hidePopup()
+
+
+def test_a_long_sweep_name_never_widens_the_tab_and_is_its_chooser_s_tooltip(view, store, qtbot):
+    from ddpgui.core.store import SweepRecord
+
+    view.refresh_sweeps()
+    qtbot.waitUntil(lambda: view.sweep_combo.currentText() == "no sweeps yet", timeout=10_000)
+    narrow = view.minimumSizeHint().width()
+    name = "nproc 1,2,4 × precision fp32,bf16 × compile off,default, 5 repeats on gpu-a and gpu-b " * 3
+    store.create_sweep(SweepRecord(id="long", name=name, state="done"), [])
+    view.refresh_sweeps()
+    qtbot.waitUntil(lambda: view.sweep_combo.currentData() == "long", timeout=10_000)
+    assert view.minimumSizeHint().width() == narrow
+    assert view.sweep_combo.sizeHint().width() < 400
+    assert view.sweep_combo.toolTip() == f"{name} (done)"

@@ -71,6 +71,9 @@ class SweepChooser(QComboBox):
     def __init__(self, refresh, **kwargs):
         super().__init__(**kwargs)
         self._refresh = refresh
+        # a long sweep name never widens the window; what the box cannot show is its tooltip
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.currentTextChanged.connect(self.setToolTip)
 
     def showPopup(self) -> None:  # noqa: N802 (Qt's name)
         self._refresh()
@@ -147,10 +150,10 @@ class CompareView(ExportMixin, QWidget):
         top.addLayout(runs_box, 2)
         controls = QGridLayout()
         controls.addWidget(QLabel("Sweep"), 0, 0)
-        controls.addWidget(self.sweep_combo, 0, 1)
-        controls.addWidget(self.add_sweep_button, 0, 2)
+        controls.addWidget(self.sweep_combo, 0, 1, 1, 3)  # as wide as the row allows: a sweep's name is long
+        controls.addWidget(self.add_sweep_button, 0, 4)
         controls.addWidget(QLabel("Baseline"), 1, 0)
-        controls.addWidget(self.baseline_combo, 1, 1, 1, 2)
+        controls.addWidget(self.baseline_combo, 1, 1, 1, 4)
         controls.addWidget(QLabel("Colour by"), 2, 0)
         controls.addWidget(self.group_combo, 2, 1)
         controls.addWidget(QLabel("Align by"), 2, 2)
