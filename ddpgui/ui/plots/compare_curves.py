@@ -66,12 +66,14 @@ class MeanCurvesPlot(LivePlot):
 
     def show_groups(self, comparison: Comparison, curves: Mapping[str, Curve], x_axis: str,
                     colours: Mapping[str, str], order: Sequence[str], labels: Mapping[str, str],
-                    individual: bool = True) -> None:
-        """Draw the groups in ``order`` (group keys) in ``colours``; ``labels``: run id → its name."""
+                    individual: bool = True, means: Sequence[MeanCurve] | None = None) -> None:
+        """Draw the groups in ``order`` (group keys) in ``colours``; ``labels``: run id → its name; ``means``: the
+        groups' mean curves along ``x_axis`` computed already (on a worker), else they are computed here."""
         self.remove_curves()
         item = self.getPlotItem()
         item.setLabel("bottom", X_LABELS[x_axis])
-        self.means = [c for c in group_curves(comparison, curves, x_axis) if len(c.x)]
+        means = group_curves(comparison, curves, x_axis) if means is None else means
+        self.means = [c for c in means if len(c.x)]
         by_key = {c.key: c for c in self.means}
         repeats = False
         for key in order:
