@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import select
-import shlex
 import subprocess
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Callable
 
 from remote_runner.proctree import end_process
 
+from ..ssh.connection import ChannelStream
 from ..targets.base import ConnectionLost, Target, TargetError
 from .snapshot import HostSnapshot, SnapshotError, parse_snapshot_line
 
@@ -75,35 +75,18 @@ class _ChannelSampler(_Sampler):
 
     def __init__(self, target: Target, argv: list[str]):
         connection = target.connection
-        self._connection = connection
         try:
-            chan = connection.transport().open_session(timeout=connection.connect_timeout)
-            chan.exec_command(shlex.join(argv))
+            self._chan = connection.start(argv, keep_stdin=True)
         except ConnectionLost:
             raise
         except Exception as exc:  # paramiko.SSHException, EOFError, OSError: the link is gone
             raise connection._lost(f"while starting the host monitor ({exc or type(exc).__name__})") from None
-        self._chan = chan
+        # its stderr is kept (the last 4000 bytes): a sampler that ends by itself is reported in its own words
+        self._stream = ChannelStream(self._chan, connection, on_stderr=self._keep_stderr,
+                                     doing="monitoring the host")
 
     def read(self, timeout: float) -> bytes:
-        deadline = time.monotonic() + timeout
-        chan = self._chan
-        while True:
-            while chan.recv_stderr_ready():
-                self._keep_stderr(chan.recv_stderr(1 << 16))
-            if chan.recv_ready():
-                return chan.recv(1 << 20)
-            if chan.eof_received or chan.closed:
-                transport = chan.get_transport()
-                if transport is None or not transport.is_active():
-                    raise self._connection._lost("while monitoring the host")
-                while chan.recv_stderr_ready():
-                    self._keep_stderr(chan.recv_stderr(1 << 16))
-                return b""
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            select.select([chan], [], [], min(left, 1.0))
+        return self._stream.read(timeout)
 
     def close_stdin(self) -> None:
         try:

@@ -280,12 +280,14 @@ class SSHConnection:
             chan.close()
         return CommandResult(status, bytes(out), bytes(err))
 
-    def start(self, argv: list[str]) -> paramiko.Channel:
-        """Start ``shlex.join(argv)`` and return its channel (stdin closed)."""
+    def start(self, argv: list[str], keep_stdin: bool = False) -> paramiko.Channel:
+        """Start ``shlex.join(argv)`` and return its channel (stdin closed, unless ``keep_stdin``: a command that
+        runs until its stdin ends, as the host monitor does)."""
         chan = self._session()
         try:
             chan.exec_command(shlex.join(argv))
-            chan.shutdown_write()
+            if not keep_stdin:
+                chan.shutdown_write()
         except (paramiko.SSHException, EOFError) as exc:
             chan.close()
             raise self._lost(f"while starting {argv[0]} ({exc})") from None
@@ -376,23 +378,30 @@ def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> None:
 
 
 class ChannelStream(Stream):
-    """stdout of a remote command; stderr is discarded, as for local targets."""
+    """stdout of a remote command; stderr is discarded, as for local targets, or handed to ``on_stderr``."""
 
-    def __init__(self, chan: paramiko.Channel, conn: SSHConnection):
+    def __init__(self, chan: paramiko.Channel, conn: SSHConnection, on_stderr=None, doing: str = "streaming"):
         self._chan = chan
         self._conn = conn
+        self._on_stderr = on_stderr or (lambda data: None)
+        self._doing = doing  # what a dropped link interrupted, for its message
+
+    def _drain_stderr(self) -> None:
+        while self._chan.recv_stderr_ready():
+            self._on_stderr(self._chan.recv_stderr(1 << 16))
 
     def read(self, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
         chan = self._chan
         while True:
-            while chan.recv_stderr_ready():
-                chan.recv_stderr(1 << 16)
+            self._drain_stderr()
             if chan.recv_ready():
                 return chan.recv(1 << 20)
             if chan.eof_received or chan.closed:
-                if not chan.get_transport().is_active():
-                    raise self._conn._lost("while streaming")
+                transport = chan.get_transport()
+                if transport is None or not transport.is_active():
+                    raise self._conn._lost(f"while {self._doing}")
+                self._drain_stderr()
                 return b""
             left = deadline - time.monotonic()
             if left <= 0:
