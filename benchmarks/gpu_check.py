@@ -295,9 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         out = out / "gpu_check.json"
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         check = Check(args.cpu_smoke, Budget(args.budget), Path(tmp))
-        plan = [("probe", 60, check.probe), ("nvml", 20, check.nvml), ("ddp_nccl", 120, check.ddp_nccl),
-                ("precisions", 160, check.precisions), ("inference", 60, check.inference),
-                ("compile", 240, check.compile)]
+        plan = [("nvml", 20, check.nvml), ("ddp_nccl", 120, check.ddp_nccl), ("precisions", 160, check.precisions),
+                ("inference", 60, check.inference), ("compile", 240, check.compile)]  # after the probe, which decides
         only = {s for s in args.only.split(",") if s}
         check.section("probe", 60, check.probe)
         if not check.gpus and not args.cpu_smoke:
@@ -306,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write_text(json.dumps(report, indent=1))
             print(report["reason"], f"\nwrote {out}")
             return 2
-        for name, cap, fn in plan[1:]:
+        for name, cap, fn in plan:
             if not only or name in only:
                 check.section(name, cap, fn)
         ran = [s for s in check.sections.values() if s.get("ok") is not None]
