@@ -261,14 +261,14 @@ def _host_ticks() -> Optional[tuple[int, int]]:
 
 
 def _proc_usage(pid: int) -> Optional[tuple[int, int]]:
-    """(utime + stime in clock ticks, resident pages) of one process."""
+    """(utime + stime in clock ticks, resident pages) of one process, from its /proc/PID/stat alone (one open
+    per process: the monitor reads every process of a crowded host at each snapshot; its ``rss`` is the kernel's
+    resident set as statm gives it, give or take the few pages the kernel's per-CPU counters lag)."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as fh:
             # The command name may hold spaces and parentheses: fields start after the last ')'.
             fields = fh.read().rsplit(b")", 1)[1].split()
-        with open("/proc/%d/statm" % pid, "rb") as fh:
-            resident = int(fh.read().split()[1])
-        return int(fields[11]) + int(fields[12]), resident
+        return int(fields[11]) + int(fields[12]), int(fields[21])
     except (OSError, IndexError, ValueError):
         return None
 
