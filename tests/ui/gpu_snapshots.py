@@ -102,4 +102,4 @@ def with_processes(base: HostSnapshot, count: int, host: str | None = None) -> H
         process = dict(seen[k % len(seen)], pid=seen[k % len(seen)]["pid"] + k)
         gpus[k % len(gpus)]["processes"].append(process)
     record["gpus"] = gpus
-    return parse_snapshot(record)
+    return parse_snapshot(json.loads(json.dumps(record)))
