@@ -13,7 +13,7 @@ from pathlib import Path
 from benchmarks.bench_export import POINTS, RUNS, make_store
 from benchmarks.common import Row, median, percentile
 
-REPEATS = 5
+REPEATS = 9
 #: The GUI thread may be blocked this long by one redraw of the whole tab (a tenth of a second feels instant).
 TARGET_MS = 100.0
 

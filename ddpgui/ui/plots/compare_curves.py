@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QPainterPath
+from PySide6.QtWidgets import QGraphicsPathItem
 
 from ddpgui.core.analysis.comparison import Comparison, Curve
 from ddpgui.core.analysis.curves import MeanCurve, group_curves
@@ -39,13 +41,27 @@ def mean_key(group_key: str) -> str:
 
 @dataclass
 class Band:
-    """A group's shaded interval: the fill and its two edges (kept to take them out again)."""
+    """A group's shaded interval: the filled outline (kept to take it out again) and its reduced edges."""
 
-    fill: pg.FillBetweenItem
-    edges: tuple[pg.PlotCurveItem, pg.PlotCurveItem]
+    fill: QGraphicsPathItem
     x: np.ndarray
     low: np.ndarray
     high: np.ndarray
+
+
+def band_path(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> QPainterPath:
+    """The interval as closed outlines, one per stretch where it is defined (the high edge forward, the low one
+    back), each built in one go by pyqtgraph's array-to-path: a FillBetweenItem of two 2000-point edges walks
+    their polygons in Python and took 14 of the redraw's 100 ms for 4 groups."""
+    ok = np.isfinite(x) & np.isfinite(low) & np.isfinite(high)
+    bounds = np.flatnonzero(np.diff(np.concatenate(([0], ok.astype(np.int8), [0]))))
+    path = QPainterPath()
+    for start, end in zip(bounds[::2], bounds[1::2]):
+        part = pg.arrayToQPath(np.concatenate((x[start:end], x[start:end][::-1])),
+                               np.concatenate((high[start:end], low[start:end][::-1])), connect="all")
+        part.closeSubpath()
+        path.addPath(part)
+    return path
 
 
 class MeanCurvesPlot(LivePlot):
@@ -117,23 +133,20 @@ class MeanCurvesPlot(LivePlot):
             return
         x, low, high = band_envelope(c.x, c.ci_lo, c.ci_hi, valid, BAND_COLUMNS, float(np.nanmin(c.x)),
                                      float(np.nanmax(c.x)))
-        edges = (pg.PlotCurveItem(x, low, connect="finite", pen=pg.mkPen(None)),
-                 pg.PlotCurveItem(x, high, connect="finite", pen=pg.mkPen(None)))
         tint = pg.mkColor(colour)
         tint.setAlpha(60)
-        fill = pg.FillBetweenItem(*edges, brush=pg.mkBrush(tint))
+        fill = QGraphicsPathItem(band_path(x, low, high))
+        fill.setBrush(pg.mkBrush(tint))
+        fill.setPen(pg.mkPen(None))
         fill.setZValue(-0.5)  # under the curves, over the grid
-        item = self.getPlotItem()
-        for part in (*edges, fill):
-            item.addItem(part, ignoreBounds=True)  # the view follows the curves, not the (wide) interval
-        self.bands[key] = Band(fill, edges, x, low, high)
+        self.getPlotItem().addItem(fill, ignoreBounds=True)  # the view follows the curves, not the (wide) interval
+        self.bands[key] = Band(fill, x, low, high)
 
     def remove_curves(self) -> None:
         super().remove_curves()
         item = self.getPlotItem()
         for band in self.bands.values():
-            for part in (*band.edges, band.fill):
-                item.removeItem(part)
+            item.removeItem(band.fill)
         self.bands.clear()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
