@@ -17,10 +17,8 @@ from remote_runner.config import (
     env_problem,
 )
 
-from ..core.gpus.launching import check_env, check_nproc, plan_gpus
-from ..core.gpus.monitor import snapshot_once
+from ..core.gpus.launching import pool_snapshot_of, resolve_gpus
 from ..core.gpus.picker import GpuChoice, GpuChoiceError, parse_gpu_choice
-from ..core.gpus.snapshot import HostSnapshot
 from .common import CLIError, terminal_text
 
 if TYPE_CHECKING:
@@ -94,25 +92,17 @@ def gpu_choice(text: str) -> GpuChoice:
 def gpu_settings(choice: GpuChoice, settings: dict, hosts: list[str], manager: RunManager,
                  nproc: int | list[int] | None = None) -> dict:
     """``settings`` for a run (or a sweep's every cell) on the chosen GPUs of ``hosts``, after one snapshot of
-    each host over the manager's connections; a busy GPU is a warning on stderr naming who holds it, a
-    contradiction, a missing GPU or a Slurm cluster (its scheduler gives the GPUs) a CLIError."""
-    slurm = [host for host in hosts if manager.is_slurm(host)]
-    if slurm:
-        raise CLIError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
-                       "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
-
-    def snapshot_of(host: str) -> HostSnapshot:
-        return snapshot_once(host, lambda: manager.targets.target(host))
-
+    each host over the manager's connections (:func:`~ddpgui.core.gpus.launching.resolve_gpus`); a busy GPU is
+    a warning on stderr naming who holds it, a contradiction, a missing GPU or a Slurm cluster (its scheduler
+    gives the GPUs) a CLIError."""
     try:
-        check_nproc(choice, settings.get("nproc_per_node") if nproc is None else nproc)
-        check_env(choice, settings.get("env"))
-        plan = plan_gpus({host: snapshot_of(host) for host in hosts}, choice)
+        resolved, warnings = resolve_gpus(settings, hosts, pool_snapshot_of(manager.targets), manager.is_slurm,
+                                          choice=choice, nproc=nproc)
     except GpuChoiceError as exc:
         raise CLIError(str(exc), exc.hint) from None
-    for warning in plan.warnings:
+    for warning in warnings:
         print(f"warning: {terminal_text(warning)}; running on it anyway", file=sys.stderr)
-    return plan.settings(settings)
+    return resolved
 
 
 def env_pair(text: str) -> tuple[str, str]:

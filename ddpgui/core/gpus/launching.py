@@ -5,12 +5,18 @@ contradiction, refused naming both.  ``free:N`` is resolved on one snapshot of e
 :func:`~ddpgui.core.gpus.monitor.snapshot_once`); a run (multi-node, or a sweep over several hosts) gets one
 set of indices, so hosts whose free GPUs differ are refused with a hint to name them.  The settings get
 ``gpus`` (stored with the run) and the matching CUDA_VISIBLE_DEVICES in ``env``.
+
+:func:`resolve_gpus` is the whole check, shared by ``ddpgui launch/sweep --gpus`` and the app's launch and
+rerun.  The app's launch form stores its choice in the settings as ``gpus``: a list of indices ("Choose…"),
+or ``"free:N"`` ("Any N free", resolved when the run starts); "All visible" leaves ``gpus`` out.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .picker import GpuChoice, GpuChoiceError, cuda_environment, resolve_choice
+from .monitor import snapshot_once
+from .picker import GpuChoice, GpuChoiceError, cuda_environment, parse_gpu_choice, resolve_choice
 from .snapshot import HostSnapshot
 
 
@@ -76,3 +82,60 @@ def with_gpus(settings: dict, indices: tuple[int, ...] | list[int]) -> dict:
     env = dict(settings.get("env") or {})
     env.update(cuda_environment(tuple(indices)))
     return dict(settings, gpus=list(indices), nproc_per_node=len(indices), env=env)
+
+
+def settings_choice(settings: dict) -> GpuChoice | None:
+    """The GPU choice stored in run settings as ``gpus``: a list of indices (a stored run's, the launch form's
+    "Choose…"), or the text ``"free:N"`` / ``"0,3"`` (the form's "Any N free"); None without one."""
+    value = settings.get("gpus")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_gpu_choice(value)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise GpuChoiceError(f"gpus: expected GPU indices or 'free:N', got {value!r}",
+                             "a list of nvidia-smi's indices such as [0, 3], or free:2 for any 2 free GPUs")
+    return parse_gpu_choice(",".join(map(str, value))) if value else GpuChoice()
+
+
+def without_gpu_env(settings: dict) -> dict:
+    """``settings`` without the environment :func:`with_gpus` wrote for its ``gpus`` (a stored run's, rerun or
+    duplicated: that CUDA_VISIBLE_DEVICES came from the choice, not from the user); anything else is kept."""
+    gpus, env = settings.get("gpus"), settings.get("env")
+    if not isinstance(gpus, list) or not env or env.get("CUDA_VISIBLE_DEVICES") != ",".join(map(str, gpus)):
+        return settings
+    written = cuda_environment(tuple(gpus))
+    kept = {key: value for key, value in env.items() if written.get(key) != value}
+    return dict(settings, env=kept or None)
+
+
+def resolve_gpus(settings: dict, hosts: list[str], snapshot_of: Callable[[str], HostSnapshot],
+                 is_slurm: Callable[[str], bool], choice: GpuChoice | None = None,
+                 nproc: int | list[int] | None = None) -> tuple[dict, list[str]]:
+    """``(settings, warnings)`` for a launch on the chosen GPUs of ``hosts``: the CLI's ``--gpus`` and the app's
+    launch (and rerun) alike.
+
+    The choice is ``choice`` (``--gpus``), else the settings' ``gpus`` (:func:`settings_choice`; the environment a
+    stored run's ``gpus`` wrote is dropped first, so a rerun checks its GPUs again); without either the settings
+    come back as they are.  Each host is snapshotted once (``snapshot_of``); :class:`GpuChoiceError` refuses a
+    Slurm cluster (its scheduler gives the GPUs), a process count (``nproc``, else the settings') or a
+    CUDA_VISIBLE_DEVICES that contradicts the choice, and GPUs that are missing, lost or not free enough.  The
+    warnings name who holds a busy GPU chosen by index; they do not block."""
+    if choice is None:
+        settings = without_gpu_env(settings)
+        choice = settings_choice(settings)
+        if choice is None:
+            return settings, []
+    slurm = [host for host in hosts if is_slurm(host)]
+    if slurm:
+        raise GpuChoiceError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
+                             "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
+    check_nproc(choice, settings.get("nproc_per_node") if nproc is None else nproc)
+    check_env(choice, settings.get("env"))
+    plan = plan_gpus({host: snapshot_of(host) for host in hosts}, choice)
+    return plan.settings(settings), plan.warnings
+
+
+def pool_snapshot_of(pool) -> Callable[[str], HostSnapshot]:
+    """``snapshot_of`` for :func:`resolve_gpus` over a TargetPool's connections (``pool.target(host)``)."""
+    return lambda host: snapshot_once(host, lambda: pool.target(host))

@@ -49,6 +49,8 @@ def event_lines(event: dict, run: RunRecord | None = None) -> list[str]:
         nodes = event.get("nnodes") or config.get("nnodes", 1)
         where = f"{processes} processes on {nodes} nodes" if nodes > 1 else \
             f"{processes} process{'es' if processes != 1 else ''}"
+        if config.get("gpus"):  # the host's GPUs it was given (CUDA_VISIBLE_DEVICES, nvidia-smi's indices)
+            where += f" · GPUs {','.join(map(str, config['gpus']))}"
         return [_line(t, f"run started on {host_text(run)} · {where} · {settings_text(config)}")]
     if name == "started":
         return [_line(t, f"run started · {event.get('world_size', '?')} processes")]

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.errors import describe
+from ddpgui.core.gpus.launching import without_gpu_env
 from ddpgui.core.hosts.slurm_options import SlurmOptions
 from ddpgui.core.runs.multinode import max_processes
 from ddpgui.core.slurm.partitions import request_problems
@@ -44,6 +45,8 @@ from remote_runner.config import (
 )
 from remote_runner.probe import precision_problems as probe_precision_problems
 
+from .field_marks import FieldMarks
+from .gpu_picker import GpuPicker
 from .launch_tips import apply_tips
 from .slurm_view import (
     MAX_NODES_UNKNOWN,
@@ -60,9 +63,6 @@ SCRIPT = "my own script"
 LENGTH_UNITS = ("steps", "epochs", "minutes")
 #: The length of a script that runs as long as it does (unknown to us: steps and rate, no total or ETA).
 SCRIPT_LENGTH = "as the script runs"
-_INVALID_LABEL = "color: #d93025; font-weight: 600;"
-#: Where a refused request is shown: the control of the field (the partition's limits line for the profile's own).
-_PROFILE_FIELDS = ("time_limit", "gpus_per_node", "partition")
 
 
 def precision_problems(probe: dict | None) -> dict[str, str | None]:
@@ -70,7 +70,7 @@ def precision_problems(probe: dict | None) -> dict[str, str | None]:
     return probe_precision_problems(probe) if probe else {p: None for p in PRECISIONS}
 
 
-class LaunchPanel(QWidget):
+class LaunchPanel(FieldMarks, QWidget):
     launch_requested = Signal(dict)
     _progress = Signal(int, int, str)
 
@@ -90,6 +90,8 @@ class LaunchPanel(QWidget):
         self.metric_regex = QLineEdit(placeholderText=r"optional, e.g. loss[=: ]+(?P<loss>[\d.eE+-]+)")
         self.nproc = QSpinBox(objectName="nproc", minimum=1, maximum=2, value=2)
         self.nproc_label = ElidedLabel()
+        self.gpu_picker = GpuPicker()  # "GPUs": all visible, any N free, or chosen (the processes follow)
+        self.gpu_picker.bind_processes(self.nproc)
         self.cluster: SlurmOptions | None = None  # the Slurm options when the host is a cluster
         self.partitions: list = []  # the cluster's partitions from its probe
         self.nnodes = QSpinBox(objectName="nnodes", minimum=1, maximum=MAX_NODES_UNKNOWN, value=1,
@@ -167,6 +169,7 @@ class LaunchPanel(QWidget):
         self.nproc_row.addWidget(self.nproc)
         self.nproc_row.addWidget(self.nproc_label, 1)
         form.addRow("Processes", self.nproc_row)
+        form.addRow("GPUs", self.gpu_picker)
         form.addRow("", self.world)
         form.addRow("Compile", self.compile)
         form.addRow("Precision", self.precision)
@@ -204,7 +207,8 @@ class LaunchPanel(QWidget):
                        self.script_dir.textChanged, self.script_entry.textChanged, self.script_args.textChanged,
                        self.metric_regex.textChanged, self.lr.valueChanged, self.grad_accum.valueChanged,
                        self.num_workers.valueChanged, self.seed.valueChanged, self.backend.currentTextChanged,
-                       self.warmup.valueChanged, self.env.textChanged, self.optimizer.currentTextChanged):
+                       self.warmup.valueChanged, self.env.textChanged, self.optimizer.currentTextChanged,
+                       self.gpu_picker.changed):
             signal.connect(self.validate)
         self._progress.connect(self.show_progress, Qt.ConnectionType.QueuedConnection)
         apply_tips(self)
@@ -225,6 +229,7 @@ class LaunchPanel(QWidget):
         self.host, self.nodes, self.probe, self.price_per_hour = names[0], list(names), probes[0], price_per_hour
         self.cluster = cluster if len(names) == 1 else None
         self.show_warnings([])
+        self.gpu_picker.set_nodes(names, probes, display_names, self.cluster is not None)
         self.form.setRowVisible(self.nnodes_row, self.cluster is not None)
         self.form.setRowVisible(self.world, self.cluster is not None)
         self.form.labelForField(self.nproc_row).setText("Processes per node" if self.cluster else "Processes")
@@ -279,6 +284,10 @@ class LaunchPanel(QWidget):
         where = f"per node in partition {part.name}" if part else "per node (Test connection to know)"
         self.nproc_label.setText(f"of {limit} {what} {where}")
 
+    def set_gpu_snapshot(self, host: str, snapshot) -> None:
+        """The latest HostSnapshot of ``host`` (its host monitor's): the GPU row's states and warnings."""
+        self.gpu_picker.set_snapshot(host, snapshot)
+
     def _pick_dir(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Script folder")
         if path:
@@ -294,6 +303,8 @@ class LaunchPanel(QWidget):
                           "tags": [t.strip() for t in self.tags.text().split(",") if t.strip()]}
         if self.cluster is not None:  # never for other hosts: an SSH multi-node run is one host per node
             settings["nnodes"] = self.nnodes.value()
+        if self.gpu_picker.value(self.nproc.value()) is not None:  # indices, or "free:N" (picked at launch)
+            settings["gpus"] = self.gpu_picker.value(self.nproc.value())
         if unit != SCRIPT_LENGTH:
             settings[unit] = float(self.length.value()) if unit == "minutes" else self.length.value()
         if self.workload.currentText() == SCRIPT:
@@ -320,6 +331,7 @@ class LaunchPanel(QWidget):
 
     def apply_settings(self, settings: dict) -> None:
         """Fill the form from saved or duplicated settings (unknown keys are ignored)."""
+        settings = without_gpu_env(settings)  # a stored run's CUDA_VISIBLE_DEVICES came from its ``gpus``
         script = settings.get("script")
         self.workload.setCurrentText(SCRIPT if settings.get("mode") == "script" else settings.get("workload", "mlp"))
         if script:
@@ -329,6 +341,7 @@ class LaunchPanel(QWidget):
             self.metric_regex.setText(script.get("metric_regex") or "")
         self.nproc.setValue(int(settings.get("nproc_per_node", 1)))
         self.nnodes.setValue(int(settings.get("nnodes", 1)))
+        self.gpu_picker.set_value(settings.get("gpus"))
         self.compile.setCurrentText(settings.get("compile", "off"))
         if not self.problems.get(settings.get("precision", "fp32")):
             self.precision.setCurrentText(settings.get("precision", "fp32"))
@@ -366,7 +379,8 @@ class LaunchPanel(QWidget):
         global_batch = self.batch.value() * world * (self.grad_accum.value() if self.advanced.isChecked() else 1)
         self.global_batch.setText(f"global batch {global_batch}")
         error, hint, field = "", "", None
-        checked = {k: v for k, v in self.settings().items() if v is not None}
+        checked = {k: v for k, v in self.settings().items() if v is not None and not (k == "gpus" and
+                                                                                    isinstance(v, str))}
         if self.cluster is not None:
             checked["scheduler"] = "slurm"  # the rendezvous is found on the job's first node
         try:
@@ -429,50 +443,6 @@ class LaunchPanel(QWidget):
         self.hint.setText(f"Hint: {hint}" if hint else "")
         self.hint.setVisible(bool(hint))
         self._mark(getattr(exc, "field", None), message, hint)
-
-    def field_widget(self, field: str | None) -> QWidget | None:
-        """The control that shows ``field`` (a config field or one of request_problems'): the profile's own
-        Slurm settings are shown, and refused, on the partition's limits line."""
-        field = (field or "").removeprefix("slurm.")
-        if field in _PROFILE_FIELDS and self.cluster is not None:
-            return self.limits
-        return {"nnodes": self.nnodes if self.cluster is not None else None, "nproc_per_node": self.nproc,
-                "batch_size": self.batch, "steps": self.length, "epochs": self.length, "minutes": self.length,
-                "precision": self.precision, "compile": self.compile}.get(field)
-
-    def _mark(self, field: str | None, message: str = "", hint: str = "") -> None:
-        """Mark the control at fault (its label red, the message as its tooltip); ``None`` clears the mark."""
-        old, self._marked = self._marked, None
-        if old is not None:
-            old.setProperty("invalid", False)
-            old.setToolTip(self.limits.text() if old is self.limits else old.property("plain_tip") or "")
-            old.setStyleSheet("")
-            label = self._label_of(old)
-            if label is not None:
-                label.setStyleSheet("")
-        widget = self.field_widget(field)
-        self.invalid_field = field if widget is not None else None
-        if widget is None:
-            return
-        if widget.property("plain_tip") is None:
-            widget.setProperty("plain_tip", widget.toolTip())
-        self._marked = widget
-        widget.setProperty("invalid", True)
-        widget.setToolTip(message + (f"\nHint: {hint}" if hint else ""))
-        label = self._label_of(widget)
-        if label is not None:
-            label.setStyleSheet(_INVALID_LABEL)
-        elif widget is self.limits:
-            widget.setStyleSheet(_INVALID_LABEL)
-
-    def _label_of(self, widget: QWidget) -> QLabel | None:
-        """The form's label of the row ``widget`` is in (alone or in the row's layout)."""
-        for row in range(self.form.rowCount()):
-            item = self.form.itemAt(row, QFormLayout.ItemRole.FieldRole)
-            if item is not None and (item.widget() is widget or (item.layout() and item.layout().indexOf(widget) >= 0)):
-                label = self.form.itemAt(row, QFormLayout.ItemRole.LabelRole)
-                return label.widget() if label is not None and isinstance(label.widget(), QLabel) else None
-        return None
 
     def show_warnings(self, warnings: list[str]) -> None:
         """Warnings that do not block a launch (e.g. the nodes have different torch versions)."""

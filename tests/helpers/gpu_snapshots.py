@@ -1,0 +1,71 @@
+"""HostSnapshots built the way the host monitor builds them, from the real captures in tests/fixtures/gpu
+(SOURCES.md): ``--query-gpu`` output (8x GTX TITAN X, 16x V100) and plain nvidia-smi tables with their
+process lists (8x A40 shared by several jobs, 8x A40 with a GPU showing ERR!); and the fake nvidia-smi
+(fake_nvidia_smi.py, replaying the TITAN X capture) put first on this process's PATH."""
+import json
+import os
+import re
+import sys
+
+from ddpgui.core.gpus.snapshot import HostSnapshot, parse_snapshot_line
+from helpers.gpu_fixtures import GPU_FIXTURES
+from remote_runner.gpustate import parse_lost_line, parse_smi_table, read_query_output, snapshot
+
+TITANS = "smi_query_titanx_x8_noheader_nounits.txt"  # GPU 0 idle (802 MiB), 1-7 busy (6.4-10 GiB, no process list)
+A40S = "smi_summary_a40_x8_510.txt"  # python3.8 on GPU 0, julia on 5-7, GPUs 1-4 free (Xorg only)
+A40S_ERR = "smi_summary_a40_x8_err_525.txt"  # GPU 4 shows ERR!, a python process on GPU 2
+
+
+def monitor_snapshot(gpus: list[dict], host: str) -> HostSnapshot:
+    """The snapshot of the JSON line the monitor prints for these GPU entries (the CPU side left out)."""
+    record = snapshot(1, "nvidia-smi", gpus, None)
+    record["host"] = host
+    return parse_snapshot_line(json.dumps(record))
+
+
+def query_gpus(name: str) -> list[dict]:
+    text = (GPU_FIXTURES / name).read_text()
+    first, _, rest = text.partition("\n")
+    fields = re.search(r"--query-gpu=(\S+)", first).group(1).split(",") if "noheader" in first else None
+    gpus, _ = read_query_output(rest if first.startswith("$ ") else text, "gpu", fields)
+    return gpus
+
+
+def query_snapshot(name: str, host: str = "gpu-box") -> HostSnapshot:
+    return monitor_snapshot(query_gpus(name), host)
+
+
+def table_gpus(name: str) -> list[dict]:
+    """A plain nvidia-smi table's GPUs with their compute processes (type C); owners not captured: "?"."""
+    table = parse_smi_table((GPU_FIXTURES / name).read_text())
+    for gpu in table["gpus"]:
+        gpu["processes"] = [{"pid": p["pid"], "user": "?", "command": p["name"], "gpu_mem_mib": p["gpu_mem_mib"],
+                             "problem": "not captured"} for p in table["processes"]
+                            if p["gpu"] == gpu["index"] and "C" in p["type"]]
+    return table["gpus"]
+
+
+def table_snapshot(name: str, host: str = "gpu-box") -> HostSnapshot:
+    return monitor_snapshot(table_gpus(name), host)
+
+
+def with_lost(gpus: list[dict], index: int) -> list[dict]:
+    """These GPUs with GPU ``index`` replaced by the real line of a GPU that fell off the bus (its index gone)."""
+    lost = parse_lost_line((GPU_FIXTURES / "smi_lost_unknown_error.txt").read_text())
+    return [lost if gpu["index"] == index else gpu for gpu in gpus]
+
+
+def fake_smi_on_path(tmp_path, monkeypatch):
+    """nvidia-smi on PATH (for this process and what it starts) is the fake replaying the TITAN X capture;
+    returns the log of its starts (``pid argv`` lines)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!%s\nimport runpy, sys\nsys.argv[0] = %r\nrunpy.run_path(%r, run_name='__main__')\n"
+                   % (sys.executable, str(smi), str(GPU_FIXTURES / "fake_nvidia_smi.py")))
+    smi.chmod(0o755)
+    log = tmp_path / "smi.log"
+    log.write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_LOG", str(log))
+    return log
