@@ -5,6 +5,7 @@ tables updated in place, and nothing clipped or widening the window."""
 import dataclasses
 import os
 import pwd
+import time
 
 import numpy as np
 import pytest
@@ -124,8 +125,9 @@ def test_a_cpu_host_shows_load_memory_and_its_busiest_processes(view, cpu_line):
                                       if cpu.mem_used_mib >= 1024 else f"{cpu.mem_used_mib} MiB / "
                                       f"{cpu.mem_total_mib / 1024:.1f} GiB")
     assert column(view.top, 1) == [str(p.pid) for p in cpu.top] and column(view.top, 0) == [p.user for p in cpu.top]
-    assert any("remote_runner monitor" in text for text in column(view.top, 2))  # the monitor itself is busy
-    assert all("\n" not in text for text in column(view.top, 2))
+    # each command on one line (a `python -c` script's newlines as spaces), the whole of it as the tooltip
+    assert column(view.top, 2) == [" ".join(p.command.split()) for p in cpu.top]
+    assert [view.top.item(r, 2).toolTip() for r in range(view.top.rowCount())] == [p.command for p in cpu.top]
     assert column(view.top, 3) == [f"{p.cpu_pct:.1f}" for p in cpu.top]  # the second line: CPU % known
 
 
@@ -222,7 +224,8 @@ def test_the_fleet_cards_say_what_each_host_has(fleet, qtbot, cpu_line):
     assert "29143 of 46068 MiB used" in gpu1.lines[0].toolTip() and "82%" in gpu1.lines[0].toolTip()
     assert local.summary.text() == f"CPU host · load {cpu.cpu.load_1m:.2f} of {os.cpu_count()} CPUs"
     assert not local.lines and local.cpu_meters[0].isVisibleTo(local)
-    assert titan.summary.text() == "no data" and titan.status_text() == "nvidia-smi on titan-box stopped: exit status 9"
+    assert titan.summary.text() == "no data"
+    assert titan.status_text() == "nvidia-smi on titan-box stopped: exit status 9\nreboot the host"
     assert "reboot the host" in titan.status.toolTip() and titan.connect_button.isVisibleTo(titan)
     assert off.status_text() == "not connected" and off.connect_button.isVisibleTo(off)
     assert not gpu1.connect_button.isVisibleTo(gpu1)
@@ -322,3 +325,43 @@ def test_a_host_opened_from_the_fleet_is_shown_alone(tab, qtbot):
     tab.show_waiting("titan", "starting the monitor…")
     assert tab.gpu_view.header_text() == "titan-box · starting the monitor…"
     assert tab.fleet.card("titan").status_text() == "starting the monitor…"
+
+
+def test_the_header_says_how_old_the_data_is_and_a_host_not_connected_has_connect(view, qtbot):
+    view.show_snapshot("gpu1", a40_snapshot(), received=time.monotonic() - 3)
+    assert view.header_text().endswith(" · 3 s ago")
+    qtbot.waitUntil(lambda: view.header_text().endswith((" · 4 s ago", " · 5 s ago", " · 6 s ago")), timeout=10_000)
+    asked = []
+    view.connect_requested.connect(asked.append)
+    view.set_connected("other", False)  # not the host shown: nothing changes
+    assert not view.connect_button.isVisibleTo(view)
+    view.set_connected("gpu1", False)
+    assert view.connect_button.isVisibleTo(view) and view.devices.rowCount() == 8  # the data stays
+    qtbot.mouseClick(view.connect_button, Qt.MouseButton.LeftButton)
+    assert asked == ["gpu1"]
+    view.set_host("lab-old", "lab-old")
+    view.set_connected("lab-old", False)
+    assert view.header_text() == "lab-old · not connected" and view.connect_button.isVisibleTo(view)
+    view.set_connected("lab-old", True)
+    assert view.header_text() == "lab-old · no data yet" and not view.connect_button.isVisibleTo(view)
+
+
+def test_the_tab_remembers_what_it_heard_of_each_host(tab, qtbot):
+    asked = []
+    tab.connect_requested.connect(asked.append)
+    tab.set_hosts(FLEET)
+    tab.set_host("gpu1", "gpu1 (A40s)")
+    tab.show()
+    tab.set_connected("off", False)
+    tab.show_snapshot("titan", lost_snapshot())
+    assert tab.fleet.card("off").status_text() == "not connected" and tab.gpu_view.devices.rowCount() == 0
+    tab.set_host("off", "lab-old")
+    assert tab.gpu_view.header_text() == "lab-old · not connected"
+    qtbot.mouseClick(tab.gpu_view.connect_button, Qt.MouseButton.LeftButton)
+    assert asked == ["off"]
+    tab.set_host("titan", "titan-box")
+    assert tab.gpu_view.header_text().startswith("titan-box · 1 of 8 GPUs free")
+    assert column(tab.gpu_view.devices, 7)[3] == "lost: Unknown Error"
+    tab.set_hosts(FLEET[:2])  # titan and lab-old removed: what was heard of them is forgotten
+    assert tab.fleet.card("titan") is None and "titan" not in tab._latest and "off" not in tab._connected
+    assert tab.watched() == [] and tab.gpu_view.header_text() == "No host selected: choose one in the hosts panel"

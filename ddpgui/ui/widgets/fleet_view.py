@@ -66,6 +66,8 @@ class GpuLine(QWidget):
         tip = (f"{gpu_label(gpu)}: {gpu.name or 'name not reported'}\n"
                f"utilisation {'not reported' if gpu.util_pct is None else f'{gpu.util_pct:.0f}%'}; memory "
                f"{exact_memory(gpu.mem_used_mib, gpu.mem_total_mib)}\n{state_tip(gpu)}")
+        if gpu.mig_mode == "enabled":
+            tip += f"\nMIG on: {len(gpu.mig_devices)} devices"
         if tip != self.toolTip():
             self.setToolTip(tip)
 
@@ -105,6 +107,32 @@ class GpuLine(QWidget):
         painter.end()
 
 
+class GpuCaption(GpuLine):
+    """The words over a card's GPU lines: which bar is which."""
+
+    CAPTIONS = ("GPU", "util", "memory", "held by")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        font = self.font()
+        font.setPointSizeF(font.pointSizeF() * 0.85)
+        self.setFont(font)
+        self.setToolTip("Each GPU: its index, utilisation, memory used of its total, and who holds it")
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        painter = QPainter(self)
+        painter.setPen(STALE_COLOR)
+        h, left = self.height(), int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft)
+        painter.drawText(QRect(0, 0, self.INDEX_W, h), int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight),
+                         self.CAPTIONS[0])
+        x = self.INDEX_W + self.GAP
+        for caption in self.CAPTIONS[1:]:
+            width = self.BAR_W if caption != "held by" else max(0, self.width() - x)
+            painter.drawText(QRect(x, 0, width, h), left, caption)
+            x += self.BAR_W + self.GAP
+        painter.end()
+
+
 class HostCard(QFrame):
     """One host of the fleet."""
 
@@ -134,8 +162,11 @@ class HostCard(QFrame):
                                           toolTip="Connect to this host and start watching its GPUs")
         self.connect_button.clicked.connect(lambda: self.connect_clicked.emit(self.host))
         self.lines: list[GpuLine] = []
+        self.caption = GpuCaption(self)
+        self.caption.setVisible(False)
         self.lines_box = QVBoxLayout()
         self.lines_box.setSpacing(1)
+        self.lines_box.addWidget(self.caption)
         self.cpu_meters = (Meter(tip="Load average over 1 minute against the host's CPU count"),
                            Meter(tip="Memory used of the host's total"))
         cpu_row = QHBoxLayout()
@@ -185,6 +216,7 @@ class HostCard(QFrame):
             line.setVisible(True)
         for line in self.lines[len(snapshot.gpus):]:
             line.setVisible(False)
+        self.caption.setVisible(bool(snapshot.gpus))
         self._show_cpu(snapshot)
         self._update_buttons()
 
@@ -202,7 +234,9 @@ class HostCard(QFrame):
 
     def show_problem(self, message: str, hint: str) -> None:
         self.problem_text = message
-        self.status.setText(f"<span style='color:{LOST_COLOR.name()}'>{html.escape(message)}</span>")
+        self.status.setText(f"<span style='color:{LOST_COLOR.name()}'>{html.escape(message)}</span>"
+                            + (f"<br><span style='color:{STALE_COLOR.name()}'>{html.escape(hint)}</span>"
+                               if hint else ""))
         self.status.setToolTip(message + (f"\n{hint}" if hint else ""))
         self.status.setVisible(True)
         if self.snapshot is None:

@@ -11,13 +11,14 @@ import html
 import time
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPushButton,
     QStackedWidget,
     QTableWidget,
     QVBoxLayout,
@@ -114,6 +115,8 @@ def _number(value: float | None, unit: str, digits: int = 0) -> str:
 class GpuView(QWidget):
     """One host: header, problem line, GPUs and their processes, or a CPU host's load and top processes."""
 
+    connect_requested = Signal(str)  # the Connect button of a host not connected
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.host: str | None = None
@@ -142,7 +145,7 @@ class GpuView(QWidget):
         self.plot.setMenuEnabled(False)
         item = self.plot.getPlotItem()
         item.hideAxis("bottom")
-        item.getAxis("left").setWidth(36)
+        item.getAxis("left").setWidth(44)
         item.getAxis("left").setTicks([[(0, "0"), (50, "50%"), (100, "100%")]])
         item.showGrid(x=False, y=True, alpha=0.2)
         self.plot.setYRange(-12, 112, padding=0)
@@ -179,7 +182,13 @@ class GpuView(QWidget):
         self.pages.addWidget(cpu_page)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.header)
+        top = QHBoxLayout()
+        top.addWidget(self.header, 1)
+        self.connect_button = QPushButton("Connect", objectName="gpu_connect", visible=False,
+                                          toolTip="Connect to this host and start watching its GPUs")
+        self.connect_button.clicked.connect(lambda: self.host and self.connect_requested.emit(self.host))
+        top.addWidget(self.connect_button)
+        layout.addLayout(top)
         layout.addWidget(self.problem)
         layout.addWidget(self.cpu_line)
         layout.addWidget(self.pages, 1)
@@ -200,7 +209,7 @@ class GpuView(QWidget):
     def show_snapshot(self, host: str, snapshot: HostSnapshot, received: float | None = None) -> None:
         """The host's latest snapshot (``received``: its time.monotonic() arrival, default now)."""
         if host != self.host:
-            self.set_host(host, host if host != self.host else self.display)
+            self.set_host(host)
         self.snapshot, self.received = snapshot, time.monotonic() if received is None else received
         self._status = ""
         self._set_stale(False)
@@ -238,11 +247,24 @@ class GpuView(QWidget):
         self.problem.setVisible(False)
         self._update_header()
 
+    def set_connected(self, host: str, connected: bool) -> None:
+        """Whether ddpgui has a connection to ``host``; not connected shows a Connect button (and says so
+        while there is no data)."""
+        if host != self.host:
+            return
+        self.connect_button.setVisible(not connected)
+        if not connected and self.snapshot is None:
+            self.show_waiting(host, "not connected")
+        elif connected and self._status == "not connected":
+            self._status = ""
+            self._update_header()
+
     def clear(self) -> None:
         """Nothing shown (no host)."""
         self.host, self.display, self.snapshot, self.received = None, "", None, None
         self._status, self._shape = "", None
         self._tick.stop()
+        self.connect_button.setVisible(False)
         self.problem.setVisible(False)
         self.cpu_line.setText("")
         self.cpu_line.setVisible(False)

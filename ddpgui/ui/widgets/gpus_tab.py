@@ -30,11 +30,13 @@ class GpusTab(QWidget):
         self.hosts: list[tuple[str, str]] = []
         self._latest: dict[str, tuple[HostSnapshot, float]] = {}
         self._problems: dict[str, tuple[str, str]] = {}
+        self._connected: dict[str, bool] = {}
         self._shown = False
         self._watched: list[str] = []
         self.gpu_view = GpuView()
         self.fleet = FleetView()
         self.fleet.connect_requested.connect(self.connect_requested)
+        self.gpu_view.connect_requested.connect(self.connect_requested)
         self.fleet.host_opened.connect(self._open)
         self.buttons = QButtonGroup(self)
         self.mode_buttons: dict[str, QPushButton] = {}
@@ -84,6 +86,8 @@ class GpusTab(QWidget):
                 self.gpu_view.show_snapshot(name, snapshot, received)
             if name in self._problems:
                 self.gpu_view.show_problem(name, *self._problems[name])
+            if name in self._connected:
+                self.gpu_view.set_connected(name, self._connected[name])
         else:
             self.gpu_view.set_host(name, display)
         self._announce()
@@ -92,9 +96,12 @@ class GpusTab(QWidget):
         """Every host (name, display name) in the hosts panel's order, for the fleet."""
         self.hosts = list(hosts)
         names = {name for name, _ in hosts}
-        for known in (self._latest, self._problems):
+        for known in (self._latest, self._problems, self._connected):
             for name in [n for n in known if n not in names]:
                 del known[name]
+        if self.host is not None and self.host not in names:  # deleted: nothing to show until another is chosen
+            self.host = None
+            self.gpu_view.clear()
         self.fleet.set_hosts(self.hosts)
         for name, (snapshot, _) in self._latest.items():
             if self.fleet.card(name) is not None and self.fleet.card(name).snapshot is None:
@@ -131,9 +138,9 @@ class GpusTab(QWidget):
         self.fleet.show_waiting(host, text)
 
     def set_connected(self, host: str, connected: bool) -> None:
+        self._connected[host] = connected
         self.fleet.set_connected(host, connected)
-        if host == self.host and not connected and host not in self._latest:
-            self.gpu_view.show_waiting(host, "not connected")
+        self.gpu_view.set_connected(host, connected)
 
     # --- internals ------------------------------------------------------------------------------------------
 
