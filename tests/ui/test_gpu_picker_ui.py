@@ -154,6 +154,11 @@ def test_cpu_hosts_and_slurm_clusters_disable_the_row_saying_why(panel):
     assert picker.summary.text() == "Laptop has no GPUs"
     panel.set_host("box", None)
     assert picker.isEnabled() and panel.settings()["gpus"].startswith("free:")  # not known: it may have GPUs
+    picker.mode.setCurrentText(CHOOSE)  # nothing known of its GPUs: said, and nothing to check
+    assert [(i.text(), bool(i.flags())) for i in items(panel)] == [
+        ("no GPUs known yet: Test connection, or use Any N free", False)]
+    assert panel.settings()["gpus"] == [] and not panel.launch_button.isEnabled()
+    picker.mode.setCurrentText(FREE)
     panel.set_gpu_snapshot("box", monitor_snapshot([], "box"))
     assert not picker.isEnabled() and "its GPU monitor finds none" in picker.toolTip()
     panel.set_host("cluster", None, "Cluster", cluster=SlurmOptions(partition="gpu", gpus_per_node=4))

@@ -224,6 +224,9 @@ class GpuPicker(QWidget):
             if index not in shown:  # a stored choice of a GPU not seen here: shown, so it can be unchosen
                 self._add_item(index, f"{index} · not on {self.names[0]}" if snapshot else f"{index} · not checked yet",
                                True, "The launch checks this GPU on a fresh snapshot of the host")
+        if not self.list.count():
+            self._add_item(None, "no GPUs known yet: Test connection, or use Any N free", False,
+                           "Neither a probe nor the host's GPU monitor has listed this host's GPUs yet")
         rows = max(1, min(LIST_ROWS, self.list.count()))
         row_height = self.list.sizeHintForRow(0) if self.list.count() else 0
         self.list.setFixedHeight(rows * (row_height if row_height > 0 else self.fontMetrics().height() + 2)
