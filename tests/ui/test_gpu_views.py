@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from gpu_snapshots import a40_snapshot, cpu_snapshot, cpu_snapshot_line, lost_snapshot, mig_snapshot
+from gpu_snapshots import GPU_FIXTURES, a40_snapshot, cpu_snapshot, cpu_snapshot_line, lost_snapshot, mig_snapshot
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel
 
@@ -365,3 +365,22 @@ def test_the_tab_remembers_what_it_heard_of_each_host(tab, qtbot):
     tab.set_hosts(FLEET[:2])  # titan and lab-old removed: what was heard of them is forgotten
     assert tab.fleet.card("titan") is None and "titan" not in tab._latest and "off" not in tab._connected
     assert tab.watched() == [] and tab.gpu_view.header_text() == "No host selected: choose one in the hosts panel"
+
+
+def test_what_the_monitor_could_not_read_is_said(view, fleet, qtbot):
+    refusal = (GPU_FIXTURES / "smi_error_not_a_valid_field.txt").read_text().strip()
+    error = f"nvidia-smi --query-compute-apps exited with code 2: {refusal}"  # the monitor's words for it
+    snapshot = dataclasses.replace(a40_snapshot(), errors=(error,))
+    view.show_snapshot("gpu1", snapshot)
+    assert view.notes.isVisibleTo(view) and view.notes.text() == f"The monitor says: {error}"
+    assert refusal in view.notes.toolTip()
+    fleet.set_hosts(FLEET[:1])
+    fleet.show_snapshot("gpu1", snapshot)
+    card = fleet.card("gpu1")
+    assert card.notes.isVisibleTo(card) and card.notes.text() == error
+    view.show_snapshot("gpu1", a40_snapshot())
+    fleet.show_snapshot("gpu1", a40_snapshot())
+    assert not view.notes.isVisibleTo(view) and not card.notes.isVisibleTo(card)
+    # one host is one card's width, not the whole row
+    _settle(qtbot)
+    assert card.isVisible() and card.width() <= fleet.width() // 3

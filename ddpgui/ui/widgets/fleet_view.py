@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from ...core.gpus.snapshot import GpuState, HostSnapshot
 from .dashboard_header import ElidedLabel
 from .gpu_parts import (
+    BUSY_COLOR,
     LOST_COLOR,
     STALE_COLOR,
     Meter,
@@ -153,6 +154,8 @@ class HostCard(QFrame):
         font.setBold(True)
         self.title.setFont(font)
         self.summary = ElidedLabel("not sampled yet", objectName="fleet_summary")
+        self.notes = ElidedLabel(objectName="fleet_notes", visible=False)
+        self.notes.setStyleSheet(f"color: {BUSY_COLOR.name()}")
         self.status = QLabel(objectName="fleet_status", wordWrap=True, visible=False)
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.status.setTextFormat(Qt.TextFormat.RichText)
@@ -184,6 +187,7 @@ class HostCard(QFrame):
         layout.setSpacing(3)
         layout.addLayout(top)
         layout.addWidget(self.summary)
+        layout.addWidget(self.notes)
         layout.addLayout(self.lines_box)
         layout.addLayout(cpu_row)
         layout.addWidget(self.status)
@@ -218,6 +222,10 @@ class HostCard(QFrame):
             line.setVisible(False)
         self.caption.setVisible(bool(snapshot.gpus))
         self._show_cpu(snapshot)
+        if snapshot.errors:
+            self.notes.setText("; ".join(snapshot.errors))
+            self.notes.setToolTip("The monitor on the host could not read everything:\n" + "\n".join(snapshot.errors))
+        self.notes.setVisible(bool(snapshot.errors))
         self._update_buttons()
 
     def _show_cpu(self, snapshot: HostSnapshot) -> None:
@@ -365,7 +373,7 @@ class FleetView(QWidget):
             self.grid.removeWidget(self.cards[name])
         for position, name in enumerate(self.order):
             self.grid.addWidget(self.cards[name], position // columns, position % columns, Qt.AlignmentFlag.AlignTop)
-        for column in range(self.grid.columnCount()):
+        for column in range(max(self.grid.columnCount(), columns)):  # empty columns too: one card is one column wide
             self.grid.setColumnStretch(column, 1 if column < columns else 0)
         rows = -(-len(self.order) // columns)
         for row in range(max(self.grid.rowCount(), rows + 1)):

@@ -29,6 +29,7 @@ from ...core.gpus.snapshot import GpuProcess, GpuState, HostSnapshot
 from ...core.runs.stalls import format_gpus
 from .dashboard_header import ElidedLabel, never_widening
 from .gpu_parts import (
+    BUSY_COLOR,
     LOST_COLOR,
     STALE_COLOR,
     BarDelegate,
@@ -134,6 +135,8 @@ class GpuView(QWidget):
         self.problem = never_widening(QLabel(objectName="gpu_problem", wordWrap=True, visible=False))
         self.problem.setTextFormat(Qt.TextFormat.RichText)
         self.cpu_line = ElidedLabel(objectName="gpu_cpu_line")
+        self.notes = ElidedLabel(objectName="gpu_notes", visible=False)  # what the monitor could not read
+        self.notes.setStyleSheet(f"color: {BUSY_COLOR.name()}")
 
         self.devices = _table(DEVICE_COLUMNS, "gpu_devices", delegate_columns=(2, 3))
         self.processes = _table(PROCESS_COLUMNS, "gpu_processes")
@@ -191,6 +194,7 @@ class GpuView(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.problem)
         layout.addWidget(self.cpu_line)
+        layout.addWidget(self.notes)
         layout.addWidget(self.pages, 1)
         self._tick = QTimer(self, interval=1000)
         self._tick.timeout.connect(self._update_header)
@@ -215,6 +219,7 @@ class GpuView(QWidget):
         self._set_stale(False)
         self.problem.setVisible(False)
         self._show_cpu_line(snapshot)
+        self._show_notes(snapshot)
         if snapshot.gpus:
             self.pages.setCurrentIndex(0)
             self._show_devices(snapshot)
@@ -268,6 +273,7 @@ class GpuView(QWidget):
         self.problem.setVisible(False)
         self.cpu_line.setText("")
         self.cpu_line.setVisible(False)
+        self.notes.setVisible(False)
         self.devices.setRowCount(0)
         self.processes.setRowCount(0)
         self.top.setRowCount(0)
@@ -326,6 +332,13 @@ class GpuView(QWidget):
         self.cpu_line.setText(f"Load {loads} (1, 5, 15 min){cpus} · memory "
                               f"{format_memory(cpu.mem_used_mib, cpu.mem_total_mib)}")
         self.cpu_line.setVisible(bool(snapshot.gpus))  # a CPU host's meters say it all
+
+    def _show_notes(self, snapshot: HostSnapshot) -> None:
+        if snapshot.errors:
+            text = "; ".join(snapshot.errors)
+            self.notes.setText(f"The monitor says: {text}")
+            self.notes.setToolTip("The monitor on the host could not read everything:\n" + "\n".join(snapshot.errors))
+        self.notes.setVisible(bool(snapshot.errors))
 
     def _structure(self, snapshot: HostSnapshot) -> tuple:
         return tuple((gpu.index, gpu.bus_id, len(gpu.mig_devices)) for gpu in snapshot.gpus)
