@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None,
         QTimer.singleShot(0, app.quit)
     else:
         window.probe_at_start()  # This computer's choices (GPUs, precisions) are known from the start
+        window.start_gpu_watch()  # the hosts' "3 of 8 GPUs free" while the window is looked at
     return app.exec()
 
 

@@ -5,7 +5,7 @@ import json
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QEvent, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -31,12 +31,14 @@ from remote_runner.status import FINAL_STATES
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.sweep import SweepDialog
+from .gpu_watch import GpuWiring
 from .menus import build_menus
 from .prompts import Prompts
 from .stall_alerts import StallAlerts
 from .texts import without_class_name
 from .widgets.compare import CompareView
 from .widgets.dashboard import Dashboard
+from .widgets.gpus_tab import GpusTab
 from .widgets.hosts_panel import HostsPanel
 from .widgets.launch_panel import LaunchPanel
 from .widgets.runs_table import RunsTable
@@ -91,6 +93,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(runs_page, "Runs")
         self.compare = CompareView(self.store, self.hosts, self.settings, self.workers.start)
         self.tabs.addTab(self.compare, "Compare")
+        self.gpus_tab = GpusTab()  # the selected host's GPUs, or every host's (fleet); sampled while shown
+        self.tabs.addTab(self.gpus_tab, "GPUs")
         self.sweeps = SweepsBar(self.manager, self.workers.start)
         self.statusBar().addPermanentWidget(self.sweeps)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="main_splitter")
@@ -114,6 +118,9 @@ class MainWindow(QMainWindow):
         self.sweeps.progress_changed.connect(self.compare.on_sweep_progress)  # "(done)" in its chooser at once
         self.tabs.currentChanged.connect(lambda _: self.tabs.currentWidget() is self.compare and
                                          self.compare.refresh_sweeps())
+        self.gpu = GpuWiring(self)  # hosts' GPUs sampled while somebody looks: badges, GPUs tab, launch form
+        self.gpu_watch = self.gpu.watch
+        self.gpu.attach_tab(self.gpus_tab)
         self._shortcuts()
         self._restore()
         self._update_prices()
@@ -228,6 +235,7 @@ class MainWindow(QMainWindow):
         """Remember a host's probe report (also used by tests with captured reports)."""
         self.hosts_panel.set_status(name, "reachable", probe=probe)
         self.settings.setValue(f"probes/{name}", json.dumps(probe))
+        self.gpu.refresh()  # connected now: its GPUs are sampled for its badge
         if name in (self.hosts_panel.current(), *self.launch_panel.nodes):
             self._host_selected(self.hosts_panel.current())
 
@@ -235,6 +243,11 @@ class MainWindow(QMainWindow):
         """Probe This computer on a worker (the app does at start, so the launch form offers what it can run
         from the first; tests build windows without it)."""
         self.test_connection(LOCAL, quiet=True)
+
+    def start_gpu_watch(self, **options) -> None:
+        """Sample the GPUs of the hosts looked at (the app does at start; tests build windows without it, so
+        nothing samples); ``options``: ``interval_s``, ``grace_s`` of every host's monitor."""
+        self.gpu.start(**options)
 
     def test_connection(self, name: str, quiet: bool = False) -> None:
         """Connect, check the host key and probe ``name`` on a worker; ``quiet``: no status-bar message."""
@@ -417,8 +430,22 @@ class MainWindow(QMainWindow):
         self.workers.start(idle_priced_hosts, self.store, self.hosts.profiles(), self.idle_minutes,
                            dict(self._last_contact), on_return=remind)
 
-    # ---- quitting --------------------------------------------------------------------------
+    # ---- minimised, hidden, quitting -------------------------------------------------------
+    def changeEvent(self, event) -> None:
+        if event.type() == QEvent.Type.WindowStateChange:
+            self.gpu.visibility_changed()  # minimised: no GPU sampling (after a grace); restored: again
+        super().changeEvent(event)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.gpu.visibility_changed()
+
+    def hideEvent(self, event) -> None:
+        super().hideEvent(event)
+        self.gpu.visibility_changed()
+
     def closeEvent(self, event) -> None:
+        self.gpu.close()  # every sampler ends (its stdin closes): nothing is left on the hosts
         self._save_settings()
         self.prompts.close()
         self.dashboard.timer.stop()

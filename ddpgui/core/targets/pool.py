@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ..hosts import LOCAL
 from .base import Progress, Target
 from .zipapp import RunnerPackage, build_runner
 
@@ -53,6 +54,12 @@ class TargetPool:
                 target.deploy(self.package, progress)
                 self._deployed.add(host)
             return target
+
+    def connected(self, host: str) -> bool:
+        """Whether ``host`` is connected in this pool (opened and the runner deployed, so using it again asks
+        for no password or host key: a dropped link reconnects with the secrets its connection kept); This
+        computer always is.  Never waits for the lock (a GUI asks, while another host may be connecting)."""
+        return host == LOCAL or host in self._deployed
 
     def drop(self, host: str) -> None:
         """Forget a host's connection (after it dropped); the next use reconnects."""

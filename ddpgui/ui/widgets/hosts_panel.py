@@ -3,6 +3,9 @@
 Each line of an entry is elided to the list's width (the whole text is its tooltip): a long host name, address
 or error never widens the list or the window.
 
+A host whose GPUs the app samples (ddpgui/ui/gpu_watch.py) shows a compact "3 of 8 GPUs free" in front of its
+probe summary, its busy GPUs' holders in the tooltip; it is rendered again only when that text changes.
+
 Several hosts may be selected (Ctrl/Shift-click) for one multi-node run: the first
 one selected is node 0.  The current host (the last clicked) still drives the launch
 form's per-host choices.
@@ -78,6 +81,8 @@ class HostsPanel(QWidget):
         self.status: dict[str, str] = {}
         self.details: dict[str, str] = {}
         self.probes: dict[str, dict] = {}
+        #: host → (compact GPU summary, its tooltip lines), from the host monitor (:meth:`set_gpu_summary`)
+        self.gpu_summaries: dict[str, tuple[str, str]] = {}
         self.list = QListWidget(objectName="hosts_list")
         self.list.setIconSize(QSize(14, 14))
         self.list.setWordWrap(False)
@@ -136,10 +141,12 @@ class HostsPanel(QWidget):
         price = f"  · {profile.price_per_hour:g}/h" if profile.price_per_hour else ""
         cluster = f"  · Slurm · partition {profile.slurm.partition}" if profile.slurm is not None else ""
         detail = self.details.get(name) or probe_summary(self.probes.get(name))
-        item.setText(f"{profile.display_name}{where}{cluster}{price}\n{detail}")
+        gpus, gpu_tip = self.gpu_summaries.get(name, ("", ""))
+        shown = f"{gpus} · {detail}" if gpus else detail  # first: the right end of a line is what elision cuts
+        item.setText(f"{profile.display_name}{where}{cluster}{price}\n{shown}")
         item.setIcon(status_icon(status))
-        item.setToolTip(f"{profile.display_name}{where}{cluster}{price}: {status}\n{detail}"
-                        + (f"\n{profile.notes}" if profile.notes else ""))
+        item.setToolTip(f"{profile.display_name}{where}{cluster}{price}: {status}\n{shown}"
+                        + (f"\n{gpu_tip}" if gpu_tip else "") + (f"\n{profile.notes}" if profile.notes else ""))
 
     def item(self, name: str) -> QListWidgetItem | None:
         for row in range(self.list.count()):
@@ -155,6 +162,20 @@ class HostsPanel(QWidget):
         item = self.item(name)
         if item is not None:
             self._render(item)
+
+    def set_gpu_summary(self, name: str, text: str, tooltip: str = "") -> bool:
+        """The host's compact GPU summary ("3 of 8 GPUs free"; "" for none) and tooltip lines (who holds the busy
+        GPUs); its line is rendered again only when they changed (returned)."""
+        if self.gpu_summaries.get(name, ("", "")) == (text, tooltip):
+            return False
+        if text or tooltip:
+            self.gpu_summaries[name] = (text, tooltip)
+        else:
+            self.gpu_summaries.pop(name, None)
+        item = self.item(name)
+        if item is not None:
+            self._render(item)
+        return True
 
     def current(self) -> str:
         item = self.list.currentItem()
