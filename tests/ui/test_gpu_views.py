@@ -384,3 +384,37 @@ def test_what_the_monitor_could_not_read_is_said(view, fleet, qtbot):
     # one host is one card's width, not the whole row
     _settle(qtbot)
     assert card.isVisible() and card.width() <= fleet.width() // 3
+
+
+def test_a_problem_after_data_greys_the_card_and_keeps_its_lines(fleet):
+    fleet.set_hosts(FLEET[:1])
+    fleet.show_snapshot("gpu1", a40_snapshot())
+    card = fleet.card("gpu1")
+    fleet.show_problem("gpu1", "the connection to gpu1 dropped", "ddpgui connects again when you look at it")
+    assert card.stale and all(line.stale for line in card.lines) and card.summary.text() == "4 of 8 GPUs free"
+    assert card.status_text().startswith("the connection to gpu1 dropped") and card.connect_button.isVisibleTo(card)
+    fleet.show_snapshot("gpu1", a40_snapshot())
+    assert not card.stale and not any(line.stale for line in card.lines) and not card.connect_button.isVisibleTo(card)
+
+
+def test_a_200_character_host_name_never_widens_the_host_view(view, qtbot):
+    view.show_snapshot("gpu1", a40_snapshot())
+    _settle(qtbot)
+    least, width = view.minimumSizeHint().width(), view.width()
+    view.set_host("long", LONG_HOSTNAME)
+    view.show_snapshot("long", a40_snapshot(host=LONG_HOSTNAME))
+    view.show_problem("long", f"cannot connect to {LONG_HOSTNAME} port 22: connection refused", "check the address")
+    _settle(qtbot)
+    assert view.minimumSizeHint().width() <= least and view.width() == width
+    assert view.header_text().startswith(LONG_HOSTNAME) and view.header.elided().endswith("…")
+    _labels_fit(view)
+
+
+def test_a_reused_row_takes_the_new_process_s_look(view):
+    view.show_snapshot("gpu1", a40_snapshot())
+    unknown = view.processes.item(0, 2)
+    assert unknown.text() == "?" and unknown.data(Qt.ItemDataRole.ForegroundRole) is not None
+    view.show_snapshot("gpu1", a40_snapshot(extra=[(0, os.getpid(), 40000)]))  # this test's process first on GPU 0
+    mine = view.processes.item(0, 2)
+    assert mine is unknown and mine.text() == ME and mine.toolTip() == ME
+    assert mine.data(Qt.ItemDataRole.ForegroundRole) is None  # the table's colour again (grey when stale)

@@ -53,6 +53,7 @@ class GpuLine(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.values: tuple = ()
+        self.stale = False  # the host's data is old: drawn grey
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
 
     def set_gpu(self, gpu: GpuState) -> None:
@@ -101,7 +102,7 @@ class GpuLine(QWidget):
                 painter.setBrush(level_color(share, 200))
                 painter.drawRoundedRect(QRect(x, 3, max(2, round(self.BAR_W * share)), h - 6), 2, 2)
             x += self.BAR_W + self.GAP
-        painter.setPen(QColor(color))
+        painter.setPen(STALE_COLOR if self.stale else QColor(color))
         rest = QRect(x, 0, max(0, self.width() - x), h)
         painter.drawText(rest, int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft),
                          self.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, rest.width()))
@@ -145,6 +146,7 @@ class HostCard(QFrame):
         self.host = host
         self.snapshot: HostSnapshot | None = None
         self.connected = True
+        self.stale = False
         self.problem_text = ""
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
@@ -281,12 +283,16 @@ class HostCard(QFrame):
         self.connect_button.setVisible(not self.connected or bool(self.problem_text))
 
     def _set_stale(self, stale: bool) -> None:
+        self.stale = stale
         color = STALE_COLOR if stale else self.palette().windowText().color()
-        for widget in (self.summary, *self.lines):
-            palette = widget.palette()
-            if palette.color(widget.foregroundRole()) != color:
-                palette.setColor(widget.foregroundRole(), color)
-                widget.setPalette(palette)
+        palette = self.summary.palette()
+        if palette.color(self.summary.foregroundRole()) != color:
+            palette.setColor(self.summary.foregroundRole(), color)
+            self.summary.setPalette(palette)
+        for line in self.lines:
+            if line.stale != stale:
+                line.stale = stale
+                line.update()
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.opened.emit(self.host)

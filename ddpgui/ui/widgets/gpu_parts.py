@@ -156,14 +156,18 @@ def cell(text: str = "", tip: str = "", align: Qt.AlignmentFlag | None = None) -
     return item
 
 
-def set_cell(item: QTableWidgetItem, text: str, tip: str | None = None, color: QColor | None = None,
+def set_cell(item: QTableWidgetItem, text: str, tip: str | None = None, color: QColor | None = ...,
              bar: tuple[float, QColor] | None = ...) -> None:
-    """Update a cell in place, touching only what changed (an unchanged text repaints nothing)."""
+    """Update a cell in place, touching only what changed (an unchanged text repaints nothing); ``color`` None:
+    the table's own text colour (grey while stale), ``...``: left as it is."""
     if item.text() != text:
         item.setText(text)
     if tip is not None and item.toolTip() != tip:
         item.setToolTip(tip)
-    if color is not None and item.foreground().color() != color:
+    if color is None:
+        if item.data(Qt.ItemDataRole.ForegroundRole) is not None:
+            item.setData(Qt.ItemDataRole.ForegroundRole, None)
+    elif color is not ... and item.foreground().color() != color:
         item.setForeground(color)
     if bar is not ...:
         if item.data(BAR_ROLE) != bar:

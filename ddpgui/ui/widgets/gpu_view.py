@@ -418,10 +418,9 @@ class GpuView(QWidget):
                 set_cell(items[0], "?" if gpu.index is None else str(gpu.index), gpu_label(gpu))
             set_cell(items[1], str(process.pid), f"pid {process.pid}")
             unknown = process.user == "?"
-            set_cell(items[2], process.user, (f"The owner could not be read: {process.problem}" if unknown
-                                              else process.user) if process.problem or not unknown
-                     else "The owner could not be read", color=STALE_COLOR if unknown else
-                     self.palette().text().color())
+            user_tip = process.user if not unknown else "The owner could not be read" + (
+                f": {process.problem}" if process.problem else "")
+            set_cell(items[2], process.user, user_tip, color=STALE_COLOR if unknown else None)
             command_tip = process.command if not process.problem else f"{process.command}\n({process.problem})"
             set_cell(items[3], one_line(process.command), command_tip)
             set_cell(items[4], format_mib(process.gpu_mem_mib),
