@@ -96,6 +96,7 @@ def test_a_gpu_fallen_off_the_bus_is_shown_lost_in_red(view):
     row = column(view.devices, 7)
     assert row[3] == "lost: Unknown Error" and view.devices.item(3, 7).foreground().color() == LOST_COLOR
     assert column(view.devices, 0)[3] == "?" and column(view.devices, 1)[3] == "bus 0000:0B:00.0"
+    assert view.devices.item(3, 1).foreground().color() == LOST_COLOR
     assert "needs a reboot" in view.devices.item(3, 7).toolTip()
     assert column(view.devices, 3)[3] == "–" and column(view.devices, 2)[3] == "–"
     assert "1 of 8 GPUs free" in view.header_text()
@@ -103,7 +104,7 @@ def test_a_gpu_fallen_off_the_bus_is_shown_lost_in_red(view):
     assert view.process_note.isVisibleTo(view) and "GPUs 0-2, 4-7 are not visible" in view.process_note.text()
 
 
-def test_mig_devices_are_rows_under_their_gpu(view):
+def test_mig_devices_are_rows_under_their_gpu(view, qtbot):
     view.show_snapshot("mig-box", mig_snapshot())
     devices = view.devices
     assert devices.rowCount() == 8 + 3
@@ -112,6 +113,8 @@ def test_mig_devices_are_rows_under_their_gpu(view):
     assert column(devices, 3)[2:5] == ["14.0 / 19.5 GiB", "9.6 / 19.5 GiB", "13 MiB / 19.5 GiB"]
     assert column(devices, 6)[2:5] == ["GI 3 · CI 0", "GI 5 · CI 0", "GI 6 · CI 0"]
     assert column(devices, 0)[5] == "2"  # the GPUs after it follow
+    _settle(qtbot)
+    assert devices.verticalScrollBar().maximum() == 0  # all 11 rows in sight (the processes get less room)
 
 
 def test_a_cpu_host_shows_load_memory_and_its_busiest_processes(view, cpu_line):

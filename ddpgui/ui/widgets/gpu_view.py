@@ -158,11 +158,12 @@ class GpuView(QWidget):
         gpu_page = QWidget()
         gpu_layout = QVBoxLayout(gpu_page)
         gpu_layout.setContentsMargins(0, 0, 0, 0)
-        gpu_layout.addWidget(self.devices, 2)  # as tall as its rows (its maximum), less when the page is short
+        # the GPUs as tall as their rows (the table's maximum) unless the page is short; the processes the rest
+        gpu_layout.addWidget(self.devices, 5)
         gpu_layout.addWidget(self.plot)
         gpu_layout.addWidget(QLabel("Processes on the GPUs", objectName="panel_title",
                                     toolTip="Every compute process on this host's GPUs, as its driver lists them"))
-        gpu_layout.addWidget(self.processes, 3)
+        gpu_layout.addWidget(self.processes, 2)
         gpu_layout.addWidget(self.process_note)
 
         cpu_page = QWidget()
@@ -378,7 +379,8 @@ class GpuView(QWidget):
                  f"{label}" + (f", bus {gpu.bus_id}" if gpu.bus_id else "") + (f"\n{gpu.uuid}" if gpu.uuid else ""),
                  color=gpu_color(position))
         set_cell(items[1], gpu.name or (f"bus {gpu.bus_id}" if gpu.bus_id else "?"),
-                 gpu.name or "The host did not report this GPU's name")
+                 gpu.name or "The host did not report this GPU's name",
+                 color=LOST_COLOR if gpu.state != "ok" else None)
         util = None if gpu.util_pct is None else gpu.util_pct / 100
         set_cell(items[2], _number(gpu.util_pct, "%"), f"{label}: {_number(gpu.util_pct, '%')} utilised"
                  if gpu.util_pct is not None else f"{label}: utilisation not reported",
