@@ -3,16 +3,25 @@
 ``ddpgui sweep HOST --compile off,default --precision fp32,bf16 --nproc 1,2 --repeats 3`` takes
 every setting of ``launch``, each as a comma list: a setting with several values is an axis of
 the matrix, one with a single value is shared by every run.
+
+``--gpus`` gives every cell the same GPUs, unless the sweep is ``--parallel``: its cells then run side by
+side, each on GPUs of its own chosen when it starts (ddpgui.core.gpus.placement), and ``--gpus 0,1,2,3``
+names the GPUs they are placed on, ``--gpus free:N`` gives each cell N of the host's free GPUs.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import shutil
 import sys
 import threading
 import time
 
+from ..core.gpus.launching import check_env, check_nproc
+from ..core.gpus.monitor import snapshot_once
+from ..core.gpus.picker import GpuChoice, GpuChoiceError, cuda_environment
+from ..core.gpus.placement import GpuRequest, check_request
 from ..core.runs.live import format_duration, format_rate, progress_bar
 from ..core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from ..core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
@@ -55,15 +64,45 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _resume(args, args.resume)
     spec = _spec(args)
     with open_manager(args) as manager, SweepRunner(manager) as runner:
-        if args.gpus is not None:
+        if args.gpus is not None and spec.parallel:
+            spec.base = _parallel_gpus(args.gpus, spec, manager)
+        elif args.gpus is not None:
             spec.base = gpu_settings(args.gpus, spec.base, spec.hosts, manager, nproc=spec.matrix.get("nproc_per_node"))
         sweep = runner.create(spec)
         cells = manager.store.sweep_cells(sweep.id)
+        among = f" among GPUs {args.gpus}" if args.gpus is not None and args.gpus.free_count is None else ""
+        how = f"side by side (on a host with GPUs each on free GPUs of its own{among})" if sweep.parallel else \
+            "one at a time per host"
         intro = (f"sweep {terminal_text(repr(sweep.name))} ({sweep.id}): {len(cells)} runs on "
-                 f"{terminal_text(', '.join(sweep.hosts))}, "
-                 f"{'in parallel where the host has room' if sweep.parallel else 'one at a time per host'}\n"
+                 f"{terminal_text(', '.join(sweep.hosts))}, {how}\n"
                  f"  seeds: {sweep.seeds}")
         return _watch(runner, sweep.id, intro=intro)
+
+
+def _parallel_gpus(choice: GpuChoice, spec: SweepSpec, manager) -> dict:
+    """The shared settings of a ``--parallel`` sweep with ``--gpus``: indices name the GPUs its cells are placed
+    on (their CUDA_VISIBLE_DEVICES, which each cell narrows to GPUs of its own), ``free:N`` makes every cell
+    N processes on N free GPUs.  Checked on one snapshot of each host: a CLIError for a Slurm cluster, a
+    contradiction, a GPU the host lacks or has lost, or more GPUs than it has; busy GPUs are waited for."""
+    slurm = [host for host in spec.hosts if manager.is_slurm(host)]
+    if slurm:
+        raise CLIError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
+                       "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
+    nproc = spec.matrix.get("nproc_per_node") or spec.base.get("nproc_per_node")
+    try:
+        check_env(choice, spec.base.get("env"))
+        if choice.free_count is not None:
+            check_nproc(choice, nproc)
+            base, request = dict(spec.base, nproc_per_node=choice.free_count), GpuRequest(choice.free_count)
+        else:
+            env = {**(spec.base.get("env") or {}), **cuda_environment(choice.indices)}
+            widest = max(nproc if isinstance(nproc, list) else [nproc or 1])
+            base, request = dict(spec.base, env=env), GpuRequest(widest, choice.indices)
+        for host in spec.hosts:
+            check_request(host, snapshot_once(host, lambda host=host: manager.targets.target(host)), request)
+    except GpuChoiceError as exc:
+        raise CLIError(str(exc), exc.hint) from None
+    return base
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
@@ -161,10 +200,13 @@ def _watch(runner: SweepRunner, sweep_id: str, intro: str = "", line_interval_s:
                 _print_ended(cell, count, progress.total if progress else 0, tty)
             if progress is None:
                 continue
-            cells_now = [(c.index, c.state) for c in progress.cells]
+            cells_now = [(c.index, c.state, bool(c.reason)) for c in progress.cells]
             # Off a terminal (a log file): a line when a cell changes state, else every LOG_EVERY_S.
             if tty or cells_now != shown or time.monotonic() - shown_at >= LOG_EVERY_S:
-                print(("\r\033[K" if tty else "") + _progress_line(progress), end="" if tty else "\n", flush=True)
+                line = _progress_line(progress)
+                if tty:  # one line, rewritten in place: cut to the terminal's width
+                    line = "\r\033[K" + line[:shutil.get_terminal_size().columns - 1]
+                print(line, end="" if tty else "\n", flush=True)
                 shown, shown_at = cells_now, time.monotonic()
     except KeyboardInterrupt:
         unsubscribe()
@@ -195,13 +237,17 @@ def _detach(runner: SweepRunner, sweep_id: str) -> None:
 
 
 def _progress_line(progress: SweepProgress) -> str:
-    """``[#####....] 25.0%  4/16 cells, 1 failed  now: compile=off nproc=2 step 2/3  ETA 01:23``."""
+    """``[#####....] 25.0%  4/16 cells, 1 failed  now: compile=off nproc=2 step 2/3  ETA 01:23``, and why the next
+    cell waits when it does (``waiting for 2 free GPUs on gpu1: ...``)."""
     parts = [f"{progress_bar(progress.fraction)}{progress.ended}/{progress.total} cells"]
     if progress.failed:
         parts[0] += f", {progress.failed} failed"
     for cell in progress.running:
         step, total = progress.steps.get(cell.index, (0, None))
         parts.append(f"now: {terminal_text(cell.label)} step {step}" + (f"/{total}" if total else ""))
+    waiting = next((c for c in progress.cells if c.state == "pending" and c.reason), None)
+    if waiting is not None:
+        parts.append(f"next: {terminal_text(waiting.label)} {terminal_text(waiting.reason)}")
     parts.append(f"ETA {format_duration(progress.eta_s)}")
     return "  ".join(parts)
 
@@ -257,7 +303,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run every cell on each of these hosts too (to compare machines, interpreters, torch versions)")
     p.add_argument("--repeats", type=int, default=1, help="runs per combination (default 1)")
     p.add_argument("--parallel", action="store_true",
-                   help="run cells of a host side by side when its GPUs (CPUs) have room; timings then interfere")
+                   help="run a host's cells side by side; timings then interfere. On a host with GPUs each cell "
+                        "gets free GPUs of its own, one per process, and waits (saying why) while too few are free; "
+                        "--gpus 0,1,2,3 then names the GPUs cells are placed on, --gpus free:N gives each cell N. "
+                        "On a host without GPUs as many cells as its CPUs hold")
     p.add_argument("--name", default=None, help="the sweep's name (also a tag on its runs)")
     p.add_argument("--tag", action="append", default=None)
     p.add_argument("--resume", metavar="ID", default=None, help="continue a sweep instead of starting one")

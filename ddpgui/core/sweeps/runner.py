@@ -1,14 +1,13 @@
 """The sweep runner: runs a sweep's cells through the RunManager, one worker thread per host, resumable.
 
-A :class:`SweepRunner` runs the
-cells through the RunManager: one worker thread per host takes that host's
-cells in order, one at a time (so runs do not disturb each other's timing) or,
-for a ``parallel`` sweep, as many at once as the host's GPUs (its CPUs when it
-has none) hold.  On a Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the
-sweep are in the queue at once, and Slurm runs them as it sees fit.  Everything the runner knows is in the store (``sweeps`` and
-``sweep_cells``), so after the app or the CLI restarts :meth:`SweepRunner.resume`
-carries on: a cell whose run is still going is reattached and waited for, one
-caught before its run existed is launched again.
+A :class:`SweepRunner` runs the cells through the RunManager: one worker thread per host takes that host's
+cells in order, one at a time (so runs do not disturb each other's timing) or, for a ``parallel`` sweep, side
+by side: on a host with GPUs each cell on free GPUs of its own (ddpgui.core.gpus.placement; a cell waits,
+saying why in its reason, until enough are free), on a host without as many at once as its CPUs hold.  On a
+Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the sweep are in the queue at
+once, and Slurm runs them as it sees fit.  Everything the runner knows is in the store (``sweeps`` and
+``sweep_cells``), so after the app or the CLI restarts :meth:`SweepRunner.resume` carries on: a cell whose
+run is still going is reattached and waited for, one caught before its run existed is launched again.
 """
 from __future__ import annotations
 
@@ -22,6 +21,10 @@ from remote_runner.config import ConfigError
 from remote_runner.status import FINAL_STATES
 
 from ..errors import describe
+from ..gpus.launching import with_gpus
+from ..gpus.monitor import snapshot_once
+from ..gpus.placement import HostLooks, Placement, decide, gpu_request
+from ..gpus.snapshot import HostSnapshot
 from ..runs.manager import RunManager, RunUpdate
 from ..store import CELL_FINAL_STATES, RunNotFound, RunRecord, SweepCell, SweepRecord
 from .plan import SweepSpec, plan_sweep
@@ -50,6 +53,8 @@ class _Job:
         self.done = threading.Event()
         self.slots: dict[str, int] = {}
         self.launching: set[int] = set()
+        self.placed: dict[int, tuple[int, ...]] = {}  # cell index → the GPUs it was launched on
+        self.looks: HostLooks | None = None
         self.last_tick = 0.0
         self.thread: threading.Thread | None = None
 
@@ -142,6 +147,7 @@ class SweepRunner:
             sweep = self.store.update_sweep(sweep_id, state="running", message="", ended_at=None,
                                             started_at=sweep.started_at or time.time())
             job = self._jobs[sweep_id] = _Job(sweep)
+            job.looks = HostLooks(self._snapshot, on_look=job.poke)
             job.thread = threading.Thread(target=self._supervise, args=(job,), name=f"sweep-{sweep_id}", daemon=True)
             job.thread.start()
         return sweep
@@ -167,6 +173,7 @@ class SweepRunner:
             worker.start()
         for worker in workers:
             worker.join()
+        job.looks.close()  # a snapshot being taken ends first: no sampler outlives the sweep
         if not job.halt.is_set():
             self._finish(job)
         self._emit(job)  # before done: whoever waits has had the final progress
@@ -216,9 +223,10 @@ class SweepRunner:
         if not pending and not running:
             return False
         for cell in pending:
-            if job.halt.is_set() or not self._fits(job, host, cell, running):
+            gpus = None if job.halt.is_set() else self._fits(job, host, cell, running)
+            if gpus is None:
                 break
-            if self._launch(job, cell):
+            if self._launch(job, cell, gpus):
                 running.append(cell)
         else:
             if pending:
@@ -227,42 +235,85 @@ class SweepRunner:
             job.wake.wait(POLL_S)
         return True
 
-    def _fits(self, job: _Job, host: str, cell: SweepCell, running: list[SweepCell]) -> bool:
-        """Serial: when nothing runs.  Parallel: when the host's devices hold this cell's processes too.
-        A Slurm cluster: while fewer of the sweep's jobs than the profile's ``max_queued_jobs`` are queued or
-        running there (Slurm decides when and where they run)."""
+    def _fits(self, job: _Job, host: str, cell: SweepCell, running: list[SweepCell]) -> tuple[int, ...] | None:
+        """Whether the cell launches now: None when not, else the GPUs it gets (``()``: as its settings say).
+
+        Serial: when nothing runs.  Parallel, on a host with GPUs: when enough of them are free and not held by
+        the sweep's running cells (:meth:`_placement`); on a host without: when its CPUs hold this cell's
+        processes too.  A Slurm cluster: while fewer of the sweep's jobs than the profile's ``max_queued_jobs``
+        are queued or running there (Slurm decides when and where they run)."""
         if self.manager.is_slurm(host):
-            return len(running) < self.manager.hosts.get(host).slurm.max_queued_jobs
+            return () if len(running) < self.manager.hosts.get(host).slurm.max_queued_jobs else None
+        if job.sweep.parallel:
+            placement = self._placement(job, host, cell, running)
+            if placement is not None:
+                return self._placed(job, host, cell, placement)
         if not running:
-            return True
+            return ()
         if not job.sweep.parallel:
-            return False
+            return None
         capacity = self._capacity(job, host)
-        return sum(_processes(c) for c in running) + _processes(cell) <= capacity
+        return () if sum(_processes(c) for c in running) + _processes(cell) <= capacity else None
+
+    def _placement(self, job: _Job, host: str, cell: SweepCell, running: list[SweepCell]) -> Placement | None:
+        """The cell's GPUs on the latest snapshot of the host; None on a host without GPUs (or a cell whose
+        CUDA_VISIBLE_DEVICES places it)."""
+        request = gpu_request(cell.settings)
+        if request is None:
+            return None
+        held: set[int] = set()
+        for other in running:
+            gpus = job.placed.get(other.index)
+            if gpus is None:  # launched by an earlier runner (resumed): its run's config says
+                run = self._run_of(other)
+                gpus = (run.config.get("gpus") if run is not None else None) or ()
+            held.update(gpus)
+        return decide(host, job.looks.look(host, held), request, held)
+
+    def _placed(self, job: _Job, host: str, cell: SweepCell, placement: Placement) -> tuple[int, ...] | None:
+        """The placement's GPUs; a cell that waits shows why (its reason), one that can never run here fails."""
+        if placement.room:
+            job.slots[host] = max(1, placement.room // self._widest(job, host))
+        if placement.refused:
+            self._end_cell(job, cell, "failed", placement.refused, placement.hint, expect="pending")
+            return None
+        if placement.waiting and (cell.reason, cell.hint) != (placement.waiting, placement.hint):
+            if self.store.update_cells(job.sweep.id, cell.index, expect="pending", reason=placement.waiting,
+                                       hint=placement.hint):
+                self._emit(job, cell.index)
+        return placement.gpus or None
+
+    def _snapshot(self, host: str) -> HostSnapshot:
+        return snapshot_once(host, lambda: self.manager.targets.target(host))
+
+    def _widest(self, job: _Job, host: str) -> int:
+        return max(_processes(c) for c in self.store.sweep_cells(job.sweep.id) if c.host == host)
 
     def _capacity(self, job: _Job, host: str) -> int:
         """Processes the host runs side by side: its GPUs, or its CPUs when it has none (from its probe)."""
         env = self.manager.targets.environment(host)
         capacity = max(1, env.get("gpu_count") or env.get("cpu_count") or 1)
-        widest = max(_processes(c) for c in self.store.sweep_cells(job.sweep.id) if c.host == host)
-        job.slots[host] = max(1, capacity // widest)
+        job.slots[host] = max(1, capacity // self._widest(job, host))
         return capacity
 
-    def _launch(self, job: _Job, cell: SweepCell) -> bool:
-        """Launch the cell's run; False when it did not start (failed or taken meanwhile)."""
+    def _launch(self, job: _Job, cell: SweepCell, gpus: tuple[int, ...] = ()) -> bool:
+        """Launch the cell's run (on ``gpus`` when given); False when it did not start (failed or taken
+        meanwhile)."""
         sweep = job.sweep
         tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
+        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags}
         try:
-            cfg = self.manager.config_for(cell.host, {**cell.settings, "name": f"{sweep.name}: {cell.label}",
-                                                      "tags": tags})
+            cfg = self.manager.config_for(cell.host, with_gpus(settings, gpus) if gpus else settings)
         except ConfigError as exc:  # validated when planned; a newer runner could still refuse it
-            self._end_cell(job, cell, "failed", *describe(exc))
+            self._end_cell(job, cell, "failed", *describe(exc), expect="pending")
             return False
         job.launching.add(cell.index)
         try:
             if not self.store.update_cells(sweep.id, cell.index, expect="pending", state="running",
-                                           run_id=cfg.run_id, started_at=time.time(), ended_at=None):
+                                           run_id=cfg.run_id, started_at=time.time(), ended_at=None, reason="",
+                                           hint=""):
                 return False
+            job.placed[cell.index] = gpus
             self._emit(job, cell.index)
             try:
                 self.manager.launch(cell.host, cfg, sweep_id=sweep.id)
