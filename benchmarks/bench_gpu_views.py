@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,9 @@ SNAPSHOTS = Path(__file__).resolve().parents[1] / "tests" / "ui" / "gpu_snapshot
 
 
 def _snapshot_builders():
+    tests = str(SNAPSHOTS.parents[1])
+    if tests not in sys.path:  # it builds on tests/helpers, as the tests do
+        sys.path.append(tests)
     spec = importlib.util.spec_from_file_location("gpu_snapshots", SNAPSHOTS)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -110,8 +114,6 @@ def run() -> list[Row]:
 
 
 if __name__ == "__main__":
-    import sys
-
     from benchmarks.__main__ import report
 
     sys.exit(report(run()))

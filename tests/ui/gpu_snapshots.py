@@ -7,20 +7,19 @@ so their owners are "?" with the monitor's own reason (another PID namespace), t
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ddpgui.core.gpus.snapshot import HostSnapshot, parse_snapshot, parse_snapshot_line
-from remote_runner.gpustate import describe_process, parse_lost_line, parse_smi_table, read_query_output, snapshot
+from helpers.gpu_fixtures import GPU_FIXTURES
+from helpers.gpu_snapshots import A40S, TITANS, query_gpus, with_lost
 
-GPU_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+from ddpgui.core.gpus.snapshot import HostSnapshot, parse_snapshot, parse_snapshot_line
+from remote_runner.gpustate import describe_process, parse_smi_table, snapshot
+
 REPO = Path(__file__).resolve().parents[2]
-A40S = "smi_summary_a40_x8_510.txt"  # python3.8 on GPU 0, three julia processes on 5-7, Xorg everywhere
 A100S = "smi_summary_a100_sxm4_80gb_525.txt"
-TITANS = "smi_query_titanx_x8_noheader_nounits.txt"
 
 
 def _record(gpus: list[dict], host: str, unplaced=(), cpu=None) -> HostSnapshot:
@@ -30,7 +29,8 @@ def _record(gpus: list[dict], host: str, unplaced=(), cpu=None) -> HostSnapshot:
 
 
 def table_gpus(name: str, kinds: str = "C") -> list[dict]:
-    """A plain nvidia-smi table's GPUs with their processes (of ``kinds``: C compute, G graphics)."""
+    """A plain nvidia-smi table's GPUs with their processes (of ``kinds``: C compute, G graphics), each looked
+    up on this machine as the monitor does (helpers.gpu_snapshots.table_gpus writes "not captured" instead)."""
     table = parse_smi_table((GPU_FIXTURES / name).read_text())
     for gpu in table["gpus"]:
         gpu["processes"] = [describe_process(p["pid"], p["gpu_mem_mib"], p["name"]) for p in table["processes"]
@@ -62,14 +62,7 @@ def mig_snapshot(host: str = "mig-box") -> HostSnapshot:
 
 def lost_snapshot(host: str = "titan-box", lost: int = 3) -> HostSnapshot:
     """8x GTX TITAN X with GPU ``lost`` replaced by nvidia-smi's 'Unknown Error' line (as fake_nvidia_smi does)."""
-    text = (GPU_FIXTURES / TITANS).read_text()
-    first, _, rest = text.partition("\n")
-    fields = re.search(r"--query-gpu=(\S+)", first).group(1).split(",")
-    lines = rest.splitlines()
-    lines[lost] = (GPU_FIXTURES / "smi_lost_unknown_error.txt").read_text().strip()
-    gpus, other = read_query_output("\n".join(lines), "gpu", fields)
-    assert not other and parse_lost_line(lines[lost]) is not None
-    return _record(gpus, host)
+    return _record(with_lost(query_gpus(TITANS), lost), host)
 
 
 def cpu_snapshot_line() -> str:
