@@ -298,6 +298,9 @@ def test_the_tab_asks_for_the_hosts_it_shows(tab, qtbot):
     assert sets[-1] == [] and tab.watched() == []
     tab.show()
     assert sets[-1] == ["gpu1", "local", "titan", "off"]
+    tab.set_hosts(FLEET[:2] + [("new", "new-box")])  # a host deleted, one added: the fleet asks for them
+    assert sets[-1] == ["gpu1", "local", "new"]
+    tab.set_hosts(FLEET)
     count = len(sets)
     tab.set_host("local", "This computer")  # in fleet mode the set stays what it was
     assert len(sets) == count
