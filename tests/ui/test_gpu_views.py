@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from gpu_snapshots import GPU_FIXTURES, a40_snapshot, cpu_snapshot, cpu_snapshot_line, lost_snapshot, mig_snapshot
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel
 
 from ddpgui.ui.widgets.fleet_view import FleetView
@@ -424,3 +425,14 @@ def test_a_reused_row_takes_the_new_process_s_look(view):
     mine = view.processes.item(0, 2)
     assert mine is unknown and mine.text() == ME and mine.toolTip() == ME
     assert mine.data(Qt.ItemDataRole.ForegroundRole) is None  # the table's colour again (grey when stale)
+
+
+def test_selected_processes_are_copied_as_text(view, qtbot):
+    view.show_snapshot("gpu1", a40_snapshot())
+    view.processes.setFocus()
+    view.processes.selectRow(1)
+    (copy,) = view.processes.actions()
+    assert copy.text() == "Copy" and copy.shortcut() == QKeySequence(QKeySequence.StandardKey.Copy)
+    QApplication.clipboard().clear()
+    copy.trigger()
+    assert QApplication.clipboard().text() == "5\t2970647\t?\tjulia\t41.6 GiB"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QRect, QSize, Qt
-from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import QSizePolicy, QStyledItemDelegate, QTableWidgetItem, QWidget
+from PySide6.QtGui import QAction, QColor, QKeySequence, QPainter
+from PySide6.QtWidgets import QApplication, QSizePolicy, QStyledItemDelegate, QTableWidget, QTableWidgetItem, QWidget
 
 from ...core.gpus.snapshot import GpuProcess, GpuState
 from ...core.runs.stalls import format_span
@@ -172,6 +172,23 @@ def set_cell(item: QTableWidgetItem, text: str, tip: str | None = None, color: Q
     if bar is not ...:
         if item.data(BAR_ROLE) != bar:
             item.setData(BAR_ROLE, bar)
+
+
+def selected_text(table: QTableWidget) -> str:
+    """The selected rows as tab-separated lines of their cells' text."""
+    rows = sorted({index.row() for index in table.selectedIndexes()})
+    return "\n".join("\t".join(table.item(row, column).text() for column in range(table.columnCount()))
+                     for row in rows)
+
+
+def copyable(table: QTableWidget) -> None:
+    """Ctrl+C and the right-click menu's Copy put the selected rows on the clipboard (a PID to kill, a command)."""
+    action = QAction("Copy", table, shortcut=QKeySequence.StandardKey.Copy,
+                     shortcutContext=Qt.ShortcutContext.WidgetWithChildrenShortcut,
+                     toolTip="Copy the selected rows as tab-separated text")
+    action.triggered.connect(lambda: QApplication.clipboard().setText(selected_text(table)))
+    table.addAction(action)
+    table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
 
 
 class BarDelegate(QStyledItemDelegate):

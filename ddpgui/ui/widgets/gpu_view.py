@@ -37,6 +37,7 @@ from .gpu_parts import (
     Meter,
     age_text,
     cell,
+    copyable,
     exact_memory,
     format_memory,
     format_mib,
@@ -90,6 +91,7 @@ def _table(columns, name: str, delegate_columns=()) -> QTableWidget:
         else:
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
     header.setMinimumSectionSize(36)
+    copyable(table)
     if delegate_columns:
         delegate = BarDelegate(table)
         for column in delegate_columns:
