@@ -18,6 +18,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from ddpgui.core.errors import describe
 from ddpgui.core.gpus.monitor import HostMonitors
 from ddpgui.core.gpus.snapshot import HostSnapshot
 
@@ -204,7 +205,7 @@ class GpuWatch(QObject):
         else:
             if host in self._acquired:
                 self._failed.add(host)  # tried again after retry_ms, not at every refresh
-            self.problem.emit(host, payload.args[0] if payload.args else str(payload), payload.hint or "")
+            self.problem.emit(host, *describe(payload))
             QTimer.singleShot(self.retry_ms, self, lambda: self._retry(host))
 
     def _retry(self, host: str) -> None:

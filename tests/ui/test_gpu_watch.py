@@ -236,3 +236,15 @@ def test_a_sampler_that_ends_by_itself_is_said_in_the_badge_and_started_again(wi
     again = samplers(root)
     assert len(again) == 1 and again != first
     qtbot.waitUntil(lambda: not any(_alive(pid) for pid in smi), timeout=WAIT_MS)  # no orphan nvidia-smi
+
+
+def test_a_hidden_window_samples_nothing_until_shown_again(window, qtbot, root):
+    seen = _snapshots(window)
+    window.start_gpu_watch(interval_s=INTERVAL_S, grace_s=GRACE_S)
+    qtbot.waitUntil(lambda: bool(seen), timeout=WAIT_MS)
+    window.hide()  # to the tray, another desktop: nobody can see it
+    assert window.gpu_watch.paused and window.gpu_watch.sampled() == set()
+    qtbot.waitUntil(lambda: not samplers(root), timeout=WAIT_MS)
+    window.show()
+    assert not window.gpu_watch.paused and window.gpu_watch.sampled() == {"local"}
+    qtbot.waitUntil(lambda: len(samplers(root)) == 1, timeout=WAIT_MS)
