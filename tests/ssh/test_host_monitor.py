@@ -93,6 +93,29 @@ def test_it_samples_only_while_somebody_looks(target):
     _wait(lambda: not samplers(runner), "nothing is left on the host")
 
 
+def test_a_watcher_coming_while_an_idle_stop_ends_the_sampler_gets_a_new_one(target):
+    """The last watcher left (grace 0: the sampler ends at once) and a view looks again while the sampler is
+    still ending: the new watcher must not be left with no sampler."""
+    monitor = HostMonitor("self", lambda: target, interval_s=0.5, grace_s=0)
+    runner = target.runner()[1]
+    monitor.acquire()
+    try:
+        monitor.wait_snapshot(WAIT_S)
+        releasing = threading.Thread(target=monitor.release)
+        releasing.start()
+        _wait(lambda: monitor._stopping or not releasing.is_alive(), "the idle stop begins")
+        monitor.acquire()  # while the old sampler ends (or just after)
+        releasing.join(WAIT_S)
+        assert monitor.watchers == 1
+        _wait(lambda: monitor.running, "a sampler runs for the new watcher")
+        assert monitor.wait_snapshot(WAIT_S).seq >= 0
+        _wait(lambda: len(samplers(runner)) == 1, "one sampler on the host")
+    finally:
+        monitor.stop()
+    assert not monitor.running
+    _wait(lambda: not samplers(runner), "nothing is left on the host")
+
+
 def test_a_dropped_connection_is_reported_and_retried_on_the_next_acquire(ssh_env, target):
     problems = []
     monitor = HostMonitor("self", lambda: target, interval_s=0.5, on_problem=problems.append)

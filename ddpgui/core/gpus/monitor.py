@@ -182,6 +182,7 @@ class HostMonitor:
         self._worker: threading.Thread | None = None
         self._sampler: _Sampler | None = None
         self._stopping = False
+        self._restart = False  # a watcher came while the sampler was ending
         self._idle_timer: threading.Timer | None = None
         self.latest: HostSnapshot | None = None
         self.problem: MonitorError | None = None
@@ -205,11 +206,16 @@ class HostMonitor:
             self._watchers += 1
             self._cancel_idle()
             if not self.running:
-                self._stopping = False
-                self.problem = None
-                self.latest = None  # a new sampler: its snapshots start again at seq 0
-                self._worker = threading.Thread(target=self._work, name=f"host-monitor-{self.host}", daemon=True)
-                self._worker.start()
+                self._start_worker()
+            elif self._stopping:  # the sampler is ending (an idle stop): a new one starts when it has ended
+                self._restart = True
+
+    def _start_worker(self) -> None:
+        self._stopping = self._restart = False
+        self.problem = None
+        self.latest = None  # a new sampler: its snapshots start again at seq 0
+        self._worker = threading.Thread(target=self._work, name=f"host-monitor-{self.host}", daemon=True)
+        self._worker.start()
 
     def release(self) -> None:
         """One watcher less: the last one leaving stops the sampler after ``grace_s`` (at once for 0)."""
@@ -221,13 +227,14 @@ class HostMonitor:
                 return
             if self.grace_s <= 0:
                 stop_now = True
+                self._stopping = True  # as in _idle_stop: a watcher coming meanwhile gets a new sampler
             else:
                 stop_now = False
                 self._idle_timer = threading.Timer(self.grace_s, self._idle_stop)
                 self._idle_timer.daemon = True
                 self._idle_timer.start()
         if stop_now:
-            self.stop()
+            self.stop(idle=True)
 
     def _cancel_idle(self) -> None:
         if self._idle_timer is not None:
@@ -238,13 +245,17 @@ class HostMonitor:
         with self._cond:
             if self._watchers:
                 return
-        self.stop()
+            self._stopping = True  # under the lock: a watcher coming from now on waits for a new sampler
+        self.stop(idle=True)
 
-    def stop(self, timeout: float = STOP_WAIT_S) -> None:
-        """End the sampler: its stdin closes, it exits within an interval; nothing of it is left on the host."""
+    def stop(self, timeout: float = STOP_WAIT_S, idle: bool = False) -> None:
+        """End the sampler: its stdin closes, it exits within an interval; nothing of it is left on the host.
+        ``idle``: the last watcher left (a watcher coming while it ends gets a new sampler after it)."""
         with self._cond:
             self._cancel_idle()
             self._stopping = True
+            # an idle stop lets a watcher who came meanwhile have a new sampler; an explicit stop ends it all
+            self._restart = self._restart and self._watchers > 0 and idle
             sampler, worker = self._sampler, self._worker
             self._cond.notify_all()
         if sampler is not None:
@@ -300,6 +311,8 @@ class HostMonitor:
             with self._cond:
                 self._sampler = None
                 self._cond.notify_all()
+                if self._restart and self._watchers:  # watched again while it was ending
+                    self._start_worker()
 
     def _read(self, sampler: _Sampler) -> None:
         buffer = b""
