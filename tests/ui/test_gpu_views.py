@@ -9,7 +9,17 @@ import time
 
 import numpy as np
 import pytest
-from gpu_snapshots import GPU_FIXTURES, a40_snapshot, cpu_snapshot, cpu_snapshot_line, lost_snapshot, mig_snapshot
+from gpu_snapshots import (
+    GPU_FIXTURES,
+    TITANS,
+    _record,
+    a40_snapshot,
+    cpu_snapshot,
+    cpu_snapshot_line,
+    lost_snapshot,
+    mig_snapshot,
+    query_gpus,
+)
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel
@@ -103,6 +113,21 @@ def test_a_gpu_fallen_off_the_bus_is_shown_lost_in_red(view):
     assert "1 of 8 GPUs free" in view.header_text()
     # seven GPUs whose processes nvidia-smi did not list (the capture has none): said under the table
     assert view.process_note.isVisibleTo(view) and "GPUs 0-2, 4-7 are not visible" in view.process_note.text()
+
+
+def test_no_listed_process_but_memory_used_is_said_under_the_empty_table(view):
+    """The monitor's compute-apps stream listed nobody (nvidia-smi prints no row then) while 7 of the 8 TITAN X
+    hold memory: an empty process table says so instead of looking like nothing runs."""
+    gpus = query_gpus(TITANS)
+    for gpu in gpus:
+        gpu["processes"] = []
+    view.show_snapshot("titan-box", _record(gpus, "titan-box"))
+    assert view.processes.rowCount() == 0
+    note = view.process_note.text()
+    assert view.process_note.isVisibleTo(view) and note.startswith("No compute process is listed on any GPU")
+    assert "GPUs 1-7 belongs to processes the driver does not list" in note, note
+    view.show_snapshot("gpu1", a40_snapshot())  # processes listed: no note
+    assert view.processes.rowCount() == 4 and not view.process_note.isVisibleTo(view)
 
 
 def test_mig_devices_are_rows_under_their_gpu(view, qtbot):

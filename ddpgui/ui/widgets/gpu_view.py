@@ -429,10 +429,17 @@ class GpuView(QWidget):
             set_cell(items[3], one_line(process.command), command_tip)
             set_cell(items[4], format_mib(process.gpu_mem_mib),
                      "GPU memory not reported" if process.gpu_mem_mib is None else f"{process.gpu_mem_mib} MiB")
+        note = ""
         if hidden:
-            self.process_note.setText(f"The processes on {format_gpus(i for i in hidden if i is not None)} are "
-                                      "not visible on this host (its driver lists none to this user)")
-        self.process_note.setVisible(bool(hidden))
+            note = (f"The processes on {format_gpus(i for i in hidden if i is not None)} are not visible on this "
+                    "host (its driver lists none to this user)")
+        elif not rows and snapshot.gpus:
+            used = [g.index for g in snapshot.gpus if g.state == "ok" and not g.is_free() and g.index is not None]
+            note = "No compute process is listed on any GPU" + (
+                f"; the memory used on {format_gpus(used)} belongs to processes the driver does not list here "
+                "(another container, or graphics)" if used else "")
+        self.process_note.setText(note)
+        self.process_note.setVisible(bool(note))
 
     def _show_cpu(self, snapshot: HostSnapshot) -> None:
         cpu = snapshot.cpu
