@@ -18,13 +18,11 @@ import sys
 import threading
 import time
 
-from ..core.gpus.launching import check_env, check_nproc
-from ..core.gpus.monitor import snapshot_once
-from ..core.gpus.picker import GpuChoice, GpuChoiceError, cuda_environment
-from ..core.gpus.placement import GpuRequest, check_request
+from ..core.gpus.picker import GpuChoiceError
 from ..core.runs.live import format_duration, format_rate, progress_bar
 from ..core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from ..core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
+from ..core.sweeps.gpus import sweep_gpus
 from .common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -35,7 +33,7 @@ from .common import (
     open_manager,
     terminal_text,
 )
-from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, gpu_settings, launch_settings
+from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, launch_settings
 
 #: Off a terminal (a log file), the progress line is repeated at most this often between cells.
 LOG_EVERY_S = 30.0
@@ -64,10 +62,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _resume(args, args.resume)
     spec = _spec(args)
     with open_manager(args) as manager, SweepRunner(manager) as runner:
-        if args.gpus is not None and spec.parallel:
-            spec.base = _parallel_gpus(args.gpus, spec, manager)
-        elif args.gpus is not None:
-            spec.base = gpu_settings(args.gpus, spec.base, spec.hosts, manager, nproc=spec.matrix.get("nproc_per_node"))
+        if args.gpus is not None:
+            try:
+                spec.base, warnings = sweep_gpus(spec, manager, args.gpus)
+            except GpuChoiceError as exc:
+                raise CLIError(str(exc), exc.hint) from None
+            for warning in warnings:
+                print(f"warning: {terminal_text(warning)}; running on it anyway", file=sys.stderr)
         sweep = runner.create(spec)
         cells = manager.store.sweep_cells(sweep.id)
         among = f" among GPUs {args.gpus}" if args.gpus is not None and args.gpus.free_count is None else ""
@@ -77,32 +78,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                  f"{terminal_text(', '.join(sweep.hosts))}, {how}\n"
                  f"  seeds: {sweep.seeds}")
         return _watch(runner, sweep.id, intro=intro)
-
-
-def _parallel_gpus(choice: GpuChoice, spec: SweepSpec, manager) -> dict:
-    """The shared settings of a ``--parallel`` sweep with ``--gpus``: indices name the GPUs its cells are placed
-    on (their CUDA_VISIBLE_DEVICES, which each cell narrows to GPUs of its own), ``free:N`` makes every cell
-    N processes on N free GPUs.  Checked on one snapshot of each host: a CLIError for a Slurm cluster, a
-    contradiction, a GPU the host lacks or has lost, or more GPUs than it has; busy GPUs are waited for."""
-    slurm = [host for host in spec.hosts if manager.is_slurm(host)]
-    if slurm:
-        raise CLIError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
-                       "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
-    nproc = spec.matrix.get("nproc_per_node") or spec.base.get("nproc_per_node")
-    try:
-        check_env(choice, spec.base.get("env"))
-        if choice.free_count is not None:
-            check_nproc(choice, nproc)
-            base, request = dict(spec.base, nproc_per_node=choice.free_count), GpuRequest(choice.free_count)
-        else:
-            env = {**(spec.base.get("env") or {}), **cuda_environment(choice.indices)}
-            widest = max(nproc if isinstance(nproc, list) else [nproc or 1])
-            base, request = dict(spec.base, env=env), GpuRequest(widest, choice.indices)
-        for host in spec.hosts:
-            check_request(host, snapshot_once(host, lambda host=host: manager.targets.target(host)), request)
-    except GpuChoiceError as exc:
-        raise CLIError(str(exc), exc.hint) from None
-    return base
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:

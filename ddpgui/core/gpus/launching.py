@@ -126,14 +126,19 @@ def resolve_gpus(settings: dict, hosts: list[str], snapshot_of: Callable[[str], 
         choice = settings_choice(settings)
         if choice is None:
             return settings, []
-    slurm = [host for host in hosts if is_slurm(host)]
-    if slurm:
-        raise GpuChoiceError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
-                             "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
+    refuse_slurm(hosts, is_slurm)
     check_nproc(choice, settings.get("nproc_per_node") if nproc is None else nproc)
     check_env(choice, settings.get("env"))
     plan = plan_gpus({host: snapshot_of(host) for host in hosts}, choice)
     return plan.settings(settings), plan.warnings
+
+
+def refuse_slurm(hosts: list[str], is_slurm: Callable[[str], bool]) -> None:
+    """A GPU choice on a Slurm cluster is refused: there the scheduler gives a job its GPUs."""
+    slurm = [host for host in hosts if is_slurm(host)]
+    if slurm:
+        raise GpuChoiceError(f"--gpus on {slurm[0]}, a Slurm cluster: there the scheduler gives a job its GPUs",
+                             "leave out --gpus; set the GPUs per node in the host profile's Slurm options")
 
 
 def pool_snapshot_of(pool) -> Callable[[str], HostSnapshot]:

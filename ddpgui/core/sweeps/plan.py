@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from remote_runner.config import ConfigError, RunConfig
 
+from ..gpus.picker import GpuChoiceError, parse_gpu_choice
 from ..hosts import HostNotFound, HostStore
 from ..runs.config import make_config, new_run_id
 from ..store import SweepCell, SweepRecord
@@ -162,6 +163,12 @@ def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRe
 
 
 def _validate(settings: dict, values: dict) -> None:
+    if isinstance(settings.get("gpus"), str):  # the launch form's "free:N": resolved when the sweep starts
+        try:
+            parse_gpu_choice(settings["gpus"])
+        except GpuChoiceError as exc:
+            raise SweepError(f"setting gpus is refused: {exc}", exc.hint) from None
+        settings = {key: value for key, value in settings.items() if key != "gpus"}
     try:
         make_config(settings)
     except ConfigError as exc:

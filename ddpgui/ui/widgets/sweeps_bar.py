@@ -7,6 +7,7 @@ and the hosts, so they run on the window's worker pool.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from PySide6.QtCore import Signal, Slot
@@ -16,6 +17,7 @@ from ddpgui.core.runs.live import format_duration
 from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store.records import SWEEP_FINAL_STATES
 from ddpgui.core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line
+from ddpgui.core.sweeps.gpus import sweep_gpus
 
 from ..bridge import GuiRelay
 
@@ -45,6 +47,7 @@ class SweepsBar(QWidget):
         self.sweep_id: str | None = None
         self.last: SweepProgress | None = None
         self.offers: list = []
+        self.warnings: list[str] = []  # about the GPUs the last sweep started on (busy ones it runs on anyway)
         self.label = QLabel(objectName="sweep_label")
         self.bar = QProgressBar(objectName="sweep_progress", maximumWidth=220, textVisible=True)
         self.bar.setRange(0, STEPS)
@@ -66,15 +69,23 @@ class SweepsBar(QWidget):
 
     # ---- starting ------------------------------------------------------------------------
     def start(self, spec: SweepSpec) -> None:
-        """Plan, store and start the sweep on a worker; its progress shows here."""
+        """Plan, store and start the sweep on a worker (its GPU choice checked on the hosts first); its progress
+        shows here, after the warnings about busy GPUs chosen."""
         self._show_text(f"Starting sweep {spec.name or ''}…".replace("  ", " "))
-        self.loader(self.runner.start, spec, on_return=self._started, on_error=self._failed)
+        self.loader(self._start, spec, on_return=self._started, on_error=self._failed)
+
+    def _start(self, spec: SweepSpec):
+        """Worker: the launch form's GPU choice made into the sweep's settings (snapshots of its hosts), then
+        the sweep started."""
+        base, warnings = sweep_gpus(spec, self.manager)
+        return self.runner.start(dataclasses.replace(spec, base=base)), warnings
 
     def resume(self, sweep_id: str) -> None:
         self._show_text("Resuming the sweep…")
         self.loader(self.runner.resume, sweep_id, on_return=self._started, on_error=self._failed)
 
-    def _started(self, sweep) -> None:
+    def _started(self, started) -> None:
+        sweep, self.warnings = started if isinstance(started, tuple) else (started, [])
         self.sweep_id = sweep.id
         self.offers = [s for s in self.offers if s.id != sweep.id]
         self._show_offer()
@@ -125,10 +136,13 @@ class SweepsBar(QWidget):
         self.bar.setValue(round(STEPS * min(1.0, progress.fraction)))
         eta = f" · {format_duration(progress.eta_s)} left" if progress.eta_s is not None else ""
         self.bar.setFormat(f"{progress.fraction:.0%}{eta}")
+        many = len(self.warnings) > 1
+        warned = f" · {len(self.warnings)} warning{'s' if many else ''} (hover)" if self.warnings else ""
         self.label.setText(f"Sweep {progress.name}: {summary_line(progress.counts, progress.total)} "
-                           f"({progress.state})")
-        self.label.setToolTip("\n".join(f"{c.label}: {c.state}" + (f" — {c.reason}" if c.reason else "")
-                                        for c in progress.cells))
+                           f"({progress.state}){warned}")
+        self.label.setToolTip("\n".join([*(f"warning: {w}; running on it anyway" for w in self.warnings),
+                                         *(f"{c.label}: {c.state}" + (f" — {c.reason}" if c.reason else "")
+                                           for c in progress.cells)]))
         active = progress.state not in SWEEP_FINAL_STATES
         for widget in (self.label, self.bar):
             widget.setVisible(True)
