@@ -8,13 +8,12 @@ used, GPUs 1-7 busy with 6.4-10 GiB used each).  ``--gpus`` launches are real CP
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from helpers.cli_process import cli_env, run_cli, start_cli
-from helpers.gpu_fixtures import GPU_FIXTURES
+from helpers.gpu_snapshots import fake_smi_bin
 from helpers.sampler_processes import samplers
 
 from ddpgui.core.gpus.snapshot import parse_snapshot_line
@@ -27,13 +26,7 @@ WAIT_S = 240  # the machine is shared and slow: generous
 
 def _fake_smi_path(tmp_path) -> str:
     """A PATH whose nvidia-smi is the fake replaying the TITAN X capture."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!%s\nimport runpy, sys\nsys.argv[0] = %r\nrunpy.run_path(%r, run_name='__main__')\n"
-                   % (sys.executable, str(smi), str(GPU_FIXTURES / "fake_nvidia_smi.py")))
-    smi.chmod(0o755)
-    return f"{bin_dir}:{os.environ['PATH']}"
+    return f"{fake_smi_bin(tmp_path)}:{os.environ['PATH']}"
 
 
 @pytest.fixture

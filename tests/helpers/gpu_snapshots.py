@@ -1,7 +1,8 @@
 """HostSnapshots built the way the host monitor builds them, from the real captures in tests/fixtures/gpu
 (SOURCES.md): ``--query-gpu`` output (8x GTX TITAN X, 16x V100) and plain nvidia-smi tables with their
 process lists (8x A40 shared by several jobs, 8x A40 with a GPU showing ERR!); and the fake nvidia-smi
-(fake_nvidia_smi.py, replaying the TITAN X capture) put first on this process's PATH."""
+(fake_nvidia_smi.py, replaying the TITAN X capture) in a folder to put first on a PATH (fake_smi_bin), or put
+first on this process's (fake_smi_on_path)."""
 import json
 import os
 import re
@@ -55,17 +56,23 @@ def with_lost(gpus: list[dict], index: int) -> list[dict]:
     return [lost if gpu["index"] == index else gpu for gpu in gpus]
 
 
-def fake_smi_on_path(tmp_path, monkeypatch):
-    """nvidia-smi on PATH (for this process and what it starts) is the fake replaying the TITAN X capture;
-    returns the log of its starts (``pid argv`` lines)."""
+def fake_smi_bin(tmp_path) -> str:
+    """A folder ``tmp_path/bin`` whose nvidia-smi is the fake (fake_nvidia_smi.py: the TITAN X capture, or
+    FAKE_SMI_CAPTURE's); returns its path, to be put first on a PATH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     smi = bin_dir / "nvidia-smi"
     smi.write_text("#!%s\nimport runpy, sys\nsys.argv[0] = %r\nrunpy.run_path(%r, run_name='__main__')\n"
                    % (sys.executable, str(smi), str(GPU_FIXTURES / "fake_nvidia_smi.py")))
     smi.chmod(0o755)
+    return str(bin_dir)
+
+
+def fake_smi_on_path(tmp_path, monkeypatch):
+    """nvidia-smi on PATH (for this process and what it starts) is the fake replaying the TITAN X capture;
+    returns the log of its starts (``pid argv`` lines)."""
     log = tmp_path / "smi.log"
     log.write_text("")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fake_smi_bin(tmp_path)}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SMI_LOG", str(log))
     return log

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.gpu_fixtures import GPU_FIXTURES
+from helpers.gpu_snapshots import fake_smi_on_path
 
 from ddpgui.core.gpus.snapshot import parse_snapshot_line
 
@@ -40,16 +40,7 @@ def wait_until(condition, what, timeout=WAIT_S):
 @pytest.fixture
 def fake_smi(tmp_path, monkeypatch):
     """PATH with the fake nvidia-smi first; returns the log of its starts (``pid argv`` lines)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!%s\nimport runpy, sys\nsys.argv[0] = %r\nrunpy.run_path(%r, run_name='__main__')\n"
-                   % (sys.executable, str(smi), str(GPU_FIXTURES / "fake_nvidia_smi.py")))
-    smi.chmod(0o755)
-    log = tmp_path / "smi.log"
-    log.write_text("")
-    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
-    monkeypatch.setenv("FAKE_SMI_LOG", str(log))
+    log = fake_smi_on_path(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
     return log
 

@@ -179,6 +179,8 @@ def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
                      environment={"gpu_count": 4}, state="running")
     store.create_run("n", name="not placed", hosts=["box", "other"], config={"nproc_per_node": 2, "nnodes": 2},
                      state="launching")
+    store.create_run("p", name="on chosen gpus", hosts=["box"], config={"nproc_per_node": 2, "gpus": [0, 3]},
+                     environment={"gpu_count": 8}, state="running")
     store.update_run("c", started_at=1_700_000_010.0, ended_at=1_700_000_100.0)
     table = RunsTable(store)
     qtbot.addWidget(table)
@@ -186,6 +188,10 @@ def test_runs_table_processes_host_start_time_and_stop(qtbot, tmp_path):
     c, d, g, n = (_cells(model, r) for r in "cdgn")
     assert model.headerData(COLUMNS.index("Processes"), Qt.Orientation.Horizontal) == "Processes"
     assert (c["Processes"], g["Processes"], n["Processes"]) == ("2 × CPU", "4 × GPU", "4")
+    column = COLUMNS.index("Processes")
+    assert _cells(model, "p")["Processes"] == "2 × GPU 0,3"  # the GPUs it was given
+    tip = model.data(model.index(model.row_of("p"), column), Qt.ItemDataRole.ToolTipRole)
+    assert "on GPUs 0,3 of each host (CUDA_VISIBLE_DEVICES=0,3" in tip
     assert c["Host"] == "This computer" and g["Host"] == "box" and n["Host"] == "box + other"
     assert c["Name"] == d["Name"] and c["Started"] and d["Started"] and c["Started"] != d["Started"]
     table.find.setText("this computer")  # the filter finds what the Host column shows

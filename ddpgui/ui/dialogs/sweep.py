@@ -76,8 +76,11 @@ class SweepDialog(QDialog):
         self.repeats = QSpinBox(objectName="sweep_repeats", minimum=1, maximum=100, value=1)
         self.host_list = _checkable(hosts.names(), [current_host])
         self.host_list.setObjectName("sweep_hosts")
-        self.parallel = QCheckBox("Run cells side by side when the host's GPUs (or CPUs) have room",
-                                  objectName="sweep_parallel")
+        self.parallel = QCheckBox("Run cells side by side: on a GPU host each on free GPUs of its own",
+                                  objectName="sweep_parallel",
+                                  toolTip="Each cell gets one free GPU per process when it starts (never one another "
+                                          "cell of the sweep holds); a cell that does not fit waits and says why. "
+                                          "A host without GPUs runs as many cells as its CPUs hold.")
         self.error = QLabel(objectName="sweep_error", wordWrap=True, styleSheet="color: #d93025")
         self.count = QLabel(objectName="sweep_count")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)

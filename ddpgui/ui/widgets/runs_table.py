@@ -44,9 +44,12 @@ def uses_gpus(run: RunRecord) -> bool | None:
 
 
 def processes_cell(run: RunRecord) -> str:
-    """``2 × GPU``, ``2 × CPU``, or just the count while it is unknown what the processes drive."""
+    """``2 × GPU``, ``2 × CPU``, or just the count while it is unknown what the processes drive; ``2 × GPU 0,3``
+    for a run given those GPUs (``--gpus``, the launch form's GPU row, a parallel sweep's placement)."""
     cfg = run.config or {}
     n = int(cfg.get("nproc_per_node", 1)) * int(cfg.get("nnodes", 1))
+    if cfg.get("gpus"):
+        return f"{n} × GPU {','.join(map(str, cfg['gpus']))}"
     gpus = uses_gpus(run)
     return str(n) if gpus is None else f"{n} × {'GPU' if gpus else 'CPU'}"
 
@@ -185,6 +188,9 @@ class RunsModel(QAbstractTableModel):
             if stall is not None:
                 return f"{run.id}\nstalled? {stall.reason}"
             tip = f"{run.id}\n{run.state}"
+            if column == "Processes" and (run.config or {}).get("gpus"):
+                chosen = ",".join(map(str, run.config["gpus"]))
+                tip += f"\non GPUs {chosen} of each host (CUDA_VISIBLE_DEVICES={chosen}, nvidia-smi's numbering)"
             if run.message:
                 tip += f": {run.message}"
             if run.hint:
