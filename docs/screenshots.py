@@ -4,7 +4,10 @@ It keeps everything in a temporary data folder (your own runs and hosts are not 
 runs (1 and 2 processes × 3 seeds) with the CLI and exports its comparison with ``ddpgui compare``: the
 double-column PNG and PDF figures into docs/figures/, the single-column ones into ``--single`` to be looked at.
 Then it opens the real main window, starts a live run and grabs the window (docs/screenshot.png) and the
-Compare tab with the sweep (docs/compare.png).  Run it under a display (Xvfb is enough:
+Compare tab with the sweep (docs/compare.png).  ``--gpus-only`` makes just the GPUs tab's pictures
+(docs/gpus.png, docs/fleet.png): This computer sampled for real, beside a host profile "lab-a40" fed the
+snapshot of the real 8x A40 capture of tests/fixtures/gpu (a machine shared by several jobs; its owners were not
+captured, so they read "?").  Run it under a display (Xvfb is enough:
 ``Xvfb :99 -screen 0 1600x1000x24 & DISPLAY=:99 QT_QPA_PLATFORM=xcb python docs/screenshots.py``).
 """
 from __future__ import annotations
@@ -95,17 +98,68 @@ def window_shots(sweep_id: str, live_steps: int) -> None:
     QApplication.quit()
 
 
+def gpu_shots() -> None:
+    """docs/gpus.png (the GPUs tab on a shared 8-GPU host, the hosts panel's count) and docs/fleet.png."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from helpers.gpu_snapshots import A40S, table_snapshot
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from ddpgui.core.hosts import HostProfile
+    from ddpgui.ui.app import create_app, open_stores
+    from ddpgui.ui.main_window import MainWindow
+
+    app = create_app([])
+    settings = QSettings(str(Path(os.environ["DDPGUI_CONFIG_DIR"]) / "shots.ini"), QSettings.Format.IniFormat)
+    store, hosts = open_stores()
+    hosts.add(HostProfile(name="lab-a40", hostname="a40.lab.example.edu", user="ana"))
+    window = MainWindow(store=store, hosts=hosts, settings=settings)
+    window.hosts_panel.reload("local")
+    window.resize(1500, 950)
+    window.show()
+    window.probe_at_start()
+    window.start_gpu_watch()
+
+    def pump(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.02)
+            if window.gpu_watch.latest("local") is not None:  # the shared machine keeps reporting
+                window.gpu_watch.snapshot.emit("lab-a40", table_snapshot(A40S, "a40"))
+
+    pump(10)  # This computer's probe and its first snapshots
+    window.hosts_panel.select("lab-a40")
+    window.tabs.setCurrentWidget(window.gpus_tab)
+    window.gpus_tab.set_mode("host")
+    pump(6)
+    window.grab().save(str(DOCS / "gpus.png"))
+    window.gpus_tab.set_mode("fleet")
+    pump(4)
+    window.gpus_tab.grab().save(str(DOCS / "fleet.png"))
+    QTimer.singleShot(0, window.close)
+    pump(1)
+    window.manager.close()
+    QApplication.quit()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (to try the script)")
     parser.add_argument("--single", default=os.path.join(tempfile.gettempdir(), "ddpgui-single-column"),
                         help="where the single-column figures go, to look at (default: a temporary folder)")
+    parser.add_argument("--gpus-only", action="store_true", help="only the GPUs tab's pictures")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddpgui-shots-") as tmp:
         os.environ.update(DDPGUI_DATA_DIR=os.path.join(tmp, "data"), DDPGUI_CONFIG_DIR=os.path.join(tmp, "config"),
                           DDPGUI_CACHE_DIR=os.path.join(tmp, "cache"))
+        if args.gpus_only:
+            gpu_shots()
+            print("wrote", DOCS / "gpus.png", DOCS / "fleet.png")
+            return 0
         sweep_id = sweep_and_figures(60 if args.quick else 400, Path(args.single))
         window_shots(sweep_id, 300 if args.quick else 3000)
+        gpu_shots()
     print("wrote", DOCS / "screenshot.png", DOCS / "compare.png", DOCS / "figures", "and", args.single)
     return 0
 
