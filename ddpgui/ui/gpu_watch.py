@@ -39,7 +39,9 @@ RETRY_MS = 30_000
 #: How often the window checks which hosts have become connected (ms): a run launched or reattached connects.
 REFRESH_MS = 5_000
 #: Seconds :meth:`GpuWatch.close` waits, in all, for the samplers to end (they end at once: their stdin closes).
-CLOSE_WAIT_S = 10.0
+#: A host gone silent is not waited for longer: the window's closing connections end its sampler's channel, and
+#: a sampler whose channel or stdin is gone exits by itself (docs/PROTOCOL.md, "Host monitor").
+CLOSE_WAIT_S = 3.0
 #: Busy GPUs listed in a badge's tooltip at most.
 TIP_LINES = 12
 
