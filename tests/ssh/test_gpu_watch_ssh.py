@@ -94,7 +94,9 @@ def test_a_host_gone_silent_never_stops_the_event_loop(window, qtbot, tmp_path, 
         timer.stop()
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
         assert len(ticks) > 100
-        assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.3f} s"
+        # a call into the frozen link on the GUI thread would hold it for the link's timeouts (5 s and more); a
+        # busy 2-core machine alone pauses it for a fraction of a second at most
+        assert max(gaps) < 2.0, f"the event loop stalled for {max(gaps):.3f} s"
     finally:
         for pid in frozen:
             try:
