@@ -266,7 +266,7 @@ class GpuWiring(QObject):
         in the hosts panel, the hosts panel's current host is shown there, its mode kept in settings."""
         self.tab = tab
         mode = self.window.settings.value("gpus/mode")
-        if mode:
+        if mode in ("host", "fleet"):  # anything else in a hand-edited settings file: the tab's default
             tab.set_mode(str(mode))
         tab.watch_changed.connect(self._tab_watch)
         tab.connect_requested.connect(self.window.test_connection)

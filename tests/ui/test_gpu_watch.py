@@ -248,3 +248,22 @@ def test_a_hidden_window_samples_nothing_until_shown_again(window, qtbot, root):
     window.show()
     assert not window.gpu_watch.paused and window.gpu_watch.sampled() == {"local"}
     qtbot.waitUntil(lambda: len(samplers(root)) == 1, timeout=WAIT_MS)
+
+
+@pytest.mark.parametrize("stored, shown", [("fleet", "fleet"), ("host", "host"), ("small multiples", "host"),
+                                           ("", "host")])
+def test_the_tabs_mode_comes_back_after_a_restart_and_a_bad_stored_one_is_the_default(qtbot, tmp_path, stored,
+                                                                                       shown):
+    from PySide6.QtCore import QSettings
+
+    from ddpgui.core.hosts import HostStore
+    from ddpgui.core.store import RunStore
+    from ddpgui.ui.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("gpus/mode", stored)  # as the last session (or a hand edit) left it
+    window = MainWindow(store=RunStore(tmp_path / "runs.db"), hosts=HostStore(tmp_path / "hosts.json"),
+                        settings=settings)
+    qtbot.addWidget(window)
+    assert window.gpus_tab.mode() == shown
+    window.close()
