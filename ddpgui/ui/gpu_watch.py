@@ -312,7 +312,7 @@ class GpuWiring(QObject):
         self.watch.watch("launch", nodes)
         for host in nodes:
             latest = self.watch.latest(host)
-            if latest is not None:
+            if latest is not None and host in self.watch.sampled():  # not one of a sampler stopped long ago
                 self._feed_launch(host, latest)
 
     def _feed_launch(self, host: str, snapshot: HostSnapshot) -> None:

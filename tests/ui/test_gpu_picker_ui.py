@@ -3,6 +3,7 @@ from real captures (tests/fixtures/gpu: 8x A40 shared by several jobs, 8x GTX TI
 real main window on This computer with the fake nvidia-smi (replaying the TITAN X capture) on PATH: the
 ranks (tests/fixtures/scripts/envdump, real torchrun on CPU with gloo) see the chosen GPU, the run stores it,
 and its rerun checks it again on a fresh snapshot."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -209,3 +210,29 @@ def test_launch_on_a_chosen_busy_gpu_from_the_window_and_rerun_it(window, qtbot,
     assert "has no GPU 1 (its GPUs: 0, 2, 3, 4, 5, 6, 7); a GPU without an index (bus " in panel.error.text()
     assert "it is lost: Unknown Error" in panel.error.text()
     assert [run.id for run in window.store.list_runs()] == [run_id]  # nothing launched
+
+
+def test_a_new_snapshot_of_the_same_gpus_updates_the_list_in_place(panel, qtbot):
+    """The window feeds a snapshot every 2 s: the list of a 16-GPU host (it scrolls) keeps its rows, its scroll
+    position and what is checked, and only its texts change; a host with other GPUs gets a new list."""
+    v100 = "smi_query_v100_sxm3_32gb_x16.txt"
+    first = query_snapshot(v100, "a40-box")
+    panel.set_gpu_snapshot("a40-box", first)
+    picker = panel.gpu_picker
+    picker.mode.setCurrentText(CHOOSE)
+    before = items(panel)
+    assert len(before) == 16
+    bar = picker.list.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0)  # laid out: 16 rows in a list of 8
+    bar.setValue(bar.maximum())
+    scrolled = bar.value()
+    chosen = list(picker.chosen)
+    gpus = [dataclasses.replace(g, util_pct=99.0, mem_used_mib=(g.mem_used_mib or 0) + 2048) for g in first.gpus]
+    panel.set_gpu_snapshot("a40-box", dataclasses.replace(first, seq=first.seq + 1, gpus=tuple(gpus)))
+    after = items(panel)
+    assert after == before and all(a is b for a, b in zip(after, before))  # the same rows
+    assert bar.value() == scrolled > 0
+    assert picker.chosen == chosen
+    assert "busy: " in after[0].text() and after[0].text() != "0 · free"  # 2 GiB more used: busy now
+    panel.set_gpu_snapshot("a40-box", table_snapshot(A40S, "a40-box"))  # 8 GPUs: a new list
+    assert len(items(panel)) == 8

@@ -429,6 +429,19 @@ def test_a_problem_after_data_greys_the_card_and_keeps_its_lines(fleet):
     assert not card.stale and not any(line.stale for line in card.lines) and not card.connect_button.isVisibleTo(card)
 
 
+def test_a_card_whose_host_went_away_or_waits_greys_its_last_data(fleet):
+    fleet.set_hosts(FLEET[:1])
+    card = fleet.card("gpu1")
+    fleet.show_snapshot("gpu1", a40_snapshot())
+    fleet.set_connected("gpu1", False)  # the link is gone: nothing updates these numbers any more
+    assert card.stale and all(line.stale for line in card.lines) and card.status_text() == "not connected"
+    fleet.set_connected("gpu1", True)
+    fleet.show_waiting("gpu1", "starting the monitor…")  # a new sampler: the old one's data until it reports
+    assert card.stale and card.summary.text() == "4 of 8 GPUs free"
+    fleet.show_snapshot("gpu1", a40_snapshot())
+    assert not card.stale and not any(line.stale for line in card.lines)
+
+
 def test_a_200_character_host_name_never_widens_the_host_view(view, qtbot):
     view.show_snapshot("gpu1", a40_snapshot())
     _settle(qtbot)

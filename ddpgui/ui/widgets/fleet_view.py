@@ -259,6 +259,7 @@ class HostCard(QFrame):
         self.status.setText(f"<i>{html.escape(text)}</i>")
         self.status.setToolTip(text)
         self.status.setVisible(True)
+        self._set_stale(self.snapshot is not None)  # what it showed is of a sampler that is no more
         self._update_buttons()
 
     def set_connected(self, connected: bool) -> None:
@@ -267,6 +268,8 @@ class HostCard(QFrame):
             self.status.setText("<i>not connected</i>")
             self.status.setToolTip("ddpgui has no connection to this host; Connect opens one and starts watching")
             self.status.setVisible(True)
+        if not connected:
+            self._set_stale(self.snapshot is not None)  # its last data, greyed: nothing updates it now
         elif connected and self.status.text() == "<i>not connected</i>":
             self.status.setVisible(False)
         self._update_buttons()

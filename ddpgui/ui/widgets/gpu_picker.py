@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from ddpgui.core.gpus.picker import GpuChoiceError, check_indices
 from ddpgui.core.gpus.snapshot import GpuState, HostSnapshot
 
-from .gpu_parts import format_mib, owner, state_text, state_tip
+from .gpu_parts import format_mib, owner, short_command, state_text, state_tip
 from .slurm_view import ElidedLabel
 
 ALL, FREE, CHOOSE = "All visible", "Any N free", "Choose…"
@@ -51,7 +51,7 @@ def gpu_item_text(gpu: GpuState) -> str:
         return f"{index} · free"
     if gpu.processes:
         first = gpu.processes[0]
-        command = (first.command.split() or ["?"])[0].rsplit("/", 1)[-1]
+        command = short_command(first.command)
         memory = "" if first.gpu_mem_mib is None else f" ({format_mib(first.gpu_mem_mib)})"
         more = f" +{len(gpu.processes) - 1} more" if len(gpu.processes) > 1 else ""
         return f"{index} · busy: {owner(first)}'s {command}{memory}{more}"
@@ -203,46 +203,60 @@ class GpuPicker(QWidget):
         self._refresh_text()
 
     def _fill_list(self) -> None:
+        """The list of GPUs to check; updated in place while it lists the same GPUs (a snapshot every 2 s must
+        not scroll it back to the top or swallow a click), rebuilt when they change."""
         snapshot = self._snapshot()
-        self.list.blockSignals(True)
-        self.list.clear()
+        entries: list[tuple] = []  # (index, text, usable, tooltip, colour)
         shown: set[int] = set()
         if snapshot is not None:
             for gpu in snapshot.gpus:
                 usable = gpu.state == "ok" and gpu.index is not None
-                self._add_item(gpu.index, gpu_item_text(gpu), usable,
-                               f"{gpu.name or 'GPU'}: {state_tip(gpu)}" + ("" if usable else " It cannot be chosen."),
-                               state_text(gpu)[1])
+                entries.append((gpu.index, gpu_item_text(gpu), usable,
+                                f"{gpu.name or 'GPU'}: {state_tip(gpu)}" + ("" if usable else " It cannot be chosen."),
+                                state_text(gpu)[1]))
                 shown.add(gpu.index)
         else:
             for gpu in (self.probes[0] or {}).get("gpus") or []:
                 if gpu.get("index") is not None:
-                    self._add_item(gpu["index"], f"{gpu['index']} · {gpu.get('name') or 'GPU'} (state not known yet)",
-                                   True, "The host's GPU monitor has not reported yet: the launch checks this GPU")
+                    entries.append((gpu["index"], f"{gpu['index']} · {gpu.get('name') or 'GPU'} (state not known yet)",
+                                    True, "The host's GPU monitor has not reported yet: the launch checks this GPU",
+                                    None))
                     shown.add(gpu["index"])
         for index in self.chosen:
             if index not in shown:  # a stored choice of a GPU not seen here: shown, so it can be unchosen
-                self._add_item(index, f"{index} · not on {self.names[0]}" if snapshot else f"{index} · not checked yet",
-                               True, "The launch checks this GPU on a fresh snapshot of the host")
-        if not self.list.count():
-            self._add_item(None, "no GPUs known yet: Test connection, or use Any N free", False,
-                           "Neither a probe nor the host's GPU monitor has listed this host's GPUs yet")
+                entries.append((index, f"{index} · not on {self.names[0]}" if snapshot else
+                                f"{index} · not checked yet", True,
+                                "The launch checks this GPU on a fresh snapshot of the host", None))
+        if not entries:
+            entries.append((None, "no GPUs known yet: Test connection, or use Any N free", False,
+                            "Neither a probe nor the host's GPU monitor has listed this host's GPUs yet", None))
+        self.list.blockSignals(True)
+        same = [self.list.item(row).data(Qt.ItemDataRole.UserRole) for row in range(self.list.count())] == \
+            [entry[0] for entry in entries]
+        if not same:
+            self.list.clear()
+        for row, entry in enumerate(entries):
+            self._add_item(*entry, item=self.list.item(row) if same else None)
         rows = max(1, min(LIST_ROWS, self.list.count()))
         row_height = self.list.sizeHintForRow(0) if self.list.count() else 0
         self.list.setFixedHeight(rows * (row_height if row_height > 0 else self.fontMetrics().height() + 2)
                                  + 2 * self.list.frameWidth() + 2)
         self.list.blockSignals(False)
 
-    def _add_item(self, index: int | None, text: str, usable: bool, tip: str, color: QColor | None = None) -> None:
-        item = QListWidgetItem(text)
-        if color is not None:
-            item.setForeground(color)
+    def _add_item(self, index: int | None, text: str, usable: bool, tip: str, color: QColor | None = None,
+                  item: QListWidgetItem | None = None) -> None:
+        """A row of the list (``item``: the row to update in place; a new one is added without)."""
+        new = item is None
+        item = QListWidgetItem(text) if new else item
+        item.setText(text)
+        item.setForeground(color if color is not None else self.list.palette().text().color())
         item.setData(Qt.ItemDataRole.UserRole, index)
         item.setToolTip(tip)
         flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable if usable else Qt.ItemFlag.NoItemFlags
         item.setFlags(flags)
         item.setCheckState(Qt.CheckState.Checked if usable and index in self.chosen else Qt.CheckState.Unchecked)
-        self.list.addItem(item)
+        if new:
+            self.list.addItem(item)
 
     def _follow(self) -> None:
         """The processes per node follow the GPUs chosen (and are not set apart while they do)."""
