@@ -123,6 +123,9 @@ class RunConfig:
     #: The host's GPUs the run was given (nvidia-smi's indices, one per process of a node; ``--gpus 0,3``),
     #: or None for the host's default.  ``env`` then carries the matching CUDA_VISIBLE_DEVICES.
     gpus: Optional[list[int]] = None
+    #: How ``gpus`` were chosen when they were picked for the run, ``"free:N"`` (any N free ones): a rerun or a
+    #: duplicate picks free GPUs again rather than the same ones.  Read by the client only.
+    gpu_choice: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.schema != SCHEMA_VERSION:
@@ -168,6 +171,8 @@ class RunConfig:
         check_env(self.env)
         if self.gpus is not None:
             _check_gpus(self.gpus, self.nproc_per_node, self.env)
+        if self.gpu_choice is not None and (self.gpus is None or not re.match(r"free:\d+$", str(self.gpu_choice))):
+            raise ConfigError("gpu_choice", "'free:N' beside the gpus it chose, got %r" % (self.gpu_choice,))
 
     @property
     def world_size(self) -> int:

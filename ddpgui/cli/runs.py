@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..core.gpus.picker import GpuChoiceError
 from ..core.runs import launches
 from ..core.runs.config import make_config, settings_text
 from ..core.runs.manager import RunManager
@@ -179,7 +180,12 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     with open_manager(args) as manager:
-        record = manager.rerun(find_run(manager.store, args.run).id, progress=_upload_progress)
+        try:
+            record = manager.rerun(find_run(manager.store, args.run).id, progress=_upload_progress,
+                                   warn=lambda warning: print(f"warning: {terminal_text(warning)}; running on it "
+                                                              "anyway", file=sys.stderr))
+        except GpuChoiceError as exc:  # a GPU it had is lost or gone, or too few are free now
+            raise CLIError(f"not rerun: {exc}", exc.hint) from None
         return _launched(manager, record, args.follow)
 
 

@@ -161,6 +161,37 @@ def test_free_gpus_pick_the_idle_one_and_nproc_follows(gpu_env, tmp_path):
     assert record.config["gpus"] == [0] and record.config["nproc_per_node"] == 1
 
 
+def test_rerun_checks_the_gpus_again_and_any_free_picks_again(gpu_env, tmp_path):
+    """``ddpgui rerun`` of a run on chosen GPUs checks them on a fresh snapshot: a GPU lost since is refused,
+    naming it, and nothing is launched; a run given "any 1 free" picks the free one again (here GPU 0 again,
+    the capture's only free GPU), stored with how it was chosen."""
+    code, out, err = run_cli(["launch", "local", "--workload", "linear", "--steps", "2", "--gpus", "1",
+                              "--follow"], gpu_env, timeout=WAIT_S)
+    assert code == 0, out + err
+    with _store(gpu_env) as store:
+        (named,) = store.list_runs()
+    lost = dict(gpu_env, FAKE_SMI_LOST="1")
+    code, out, err = run_cli(["rerun", named.id], lost, timeout=WAIT_S)
+    assert code == 2, out + err
+    assert "not rerun: " in err and "has no GPU 1" in err and "it is lost: Unknown Error" in err, err
+    with _store(gpu_env) as store:
+        assert [r.id for r in store.list_runs()] == [named.id]  # nothing launched
+    code, out, err = run_cli(["rerun", named.id, "--follow"], gpu_env, timeout=WAIT_S)
+    assert code == 0 and "warning: GPU 1 is busy: 10032 MiB" in err, out + err  # busy: it warns and runs
+
+    code, out, err = run_cli(["launch", "local", "--workload", "linear", "--steps", "2", "--gpus", "free:1",
+                              "--name", "any free", "--follow"], gpu_env, timeout=WAIT_S)
+    assert code == 0, out + err
+    with _store(gpu_env) as store:
+        (free,) = [r for r in store.list_runs() if r.name == "any free"]
+    assert free.config["gpus"] == [0] and free.config["gpu_choice"] == "free:1"
+    code, out, err = run_cli(["rerun", free.id, "--follow"], gpu_env, timeout=WAIT_S)
+    assert code == 0 and "warning" not in err, out + err
+    with _store(gpu_env) as store:
+        again = [r for r in store.list_runs() if r.name == "any free" and r.id != free.id]
+    assert len(again) == 1 and again[0].config["gpus"] == [0] and again[0].config["gpu_choice"] == "free:1"
+
+
 @pytest.mark.parametrize("gpus, extra, said", [
     ("free:2", [], "free:2 asks for 2 free GPUs, but "),
     ("9", [], "has no GPU 9 (its GPUs: 0, 1, 2, 3, 4, 5, 6, 7)"),

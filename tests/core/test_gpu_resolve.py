@@ -2,6 +2,7 @@
 ddpgui.core.gpus.launching.resolve_gpus on snapshots built from real captures (tests/fixtures/gpu), the
 choice as the launch form stores it in the settings, and a stored run's config rerun against a fresh snapshot
 (its GPU now busy warns; now lost or missing refuses, naming it)."""
+import dataclasses
 import json
 
 import pytest
@@ -79,6 +80,28 @@ def test_a_rerun_checks_its_stored_gpus_again_on_a_fresh_snapshot():
     two = monitor_snapshot(query_gpus(TITANS)[:2], "small-box")
     with pytest.raises(GpuChoiceError, match=r"small-box has no GPU 3 \(its GPUs: 0, 1\)"):
         resolve_gpus(rerun, ["a"], Snapshots(a=two), never_slurm)
+
+
+def test_any_n_free_is_kept_with_the_run_and_a_rerun_picks_free_gpus_again():
+    """A run given "any 2 free" stores what it got (gpus) and how (gpu_choice): its rerun picks the GPUs free
+    now, not the ones it had, and never warns about them."""
+    first, _ = resolve_gpus({"workload": "mlp", "nproc_per_node": 2, "gpus": "free:2"}, ["a"],
+                            Snapshots(a=table_snapshot(A40S)), never_slurm)
+    config = stored(first)
+    assert config["gpus"] == [1, 2] and config["gpu_choice"] == "free:2"
+    assert settings_choice(config) == GpuChoice(free_count=2)
+    busy_now = table_snapshot(A40S)  # GPUs 1 and 2 are taken since: the rerun goes to the next free ones
+    gpus = [g if g.index not in (1, 2) else dataclasses.replace(g, mem_used_mib=20000) for g in busy_now.gpus]
+    settings, warnings = resolve_gpus(dict(config, run_id=""), ["a"],
+                                      Snapshots(a=dataclasses.replace(busy_now, gpus=tuple(gpus))), never_slurm)
+    assert settings["gpus"] == [3, 4] and settings["env"]["CUDA_VISIBLE_DEVICES"] == "3,4" and warnings == []
+    assert settings["gpu_choice"] == "free:2" and make_config(settings).gpu_choice == "free:2"
+    # named GPUs keep no gpu_choice: a rerun of those asks for the same GPUs
+    named, _ = resolve_gpus(dict(config, run_id=""), ["a"], Snapshots(a=table_snapshot(A40S)), never_slurm,
+                            choice=parse_gpu_choice("3,4"))
+    assert "gpu_choice" not in named and named["gpus"] == [3, 4]
+    with pytest.raises(Exception, match="gpu_choice"):  # a choice without the GPUs it chose is refused
+        make_config({"workload": "mlp", "gpu_choice": "free:2"})
 
 
 def test_a_users_own_cuda_visible_devices_beside_a_choice_is_refused():

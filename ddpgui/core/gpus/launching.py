@@ -26,10 +26,12 @@ class GpuPlan:
 
     indices: tuple[int, ...]
     warnings: list[str] = field(default_factory=list)
+    #: What was asked for (``free:2`` is kept with the run as ``gpu_choice``).
+    choice: GpuChoice | None = None
 
     def settings(self, settings: dict) -> dict:
         """``settings`` with these GPUs: ``gpus``, ``nproc_per_node`` and CUDA_VISIBLE_DEVICES in ``env``."""
-        return with_gpus(settings, self.indices)
+        return with_gpus(settings, self.indices, self.choice)
 
 
 def choice_count(choice: GpuChoice) -> int:
@@ -74,19 +76,24 @@ def plan_gpus(snapshots: dict[str, HostSnapshot], choice: GpuChoice,
         raise GpuChoiceError(f"--gpus {choice} picks different GPUs on different hosts ({found}), and the run "
                              "gets one choice for all of them", "name the GPUs, e.g. --gpus "
                              + ",".join(map(str, next(iter(picked.values())))) + " (a busy one only warns)")
-    return GpuPlan(indices=next(iter(distinct)), warnings=warnings)
+    return GpuPlan(indices=next(iter(distinct)), warnings=warnings, choice=choice)
 
 
-def with_gpus(settings: dict, indices: tuple[int, ...] | list[int]) -> dict:
-    """``settings`` (the dict ``make_config`` takes) for a run on these GPUs."""
+def with_gpus(settings: dict, indices: tuple[int, ...] | list[int], choice: GpuChoice | None = None) -> dict:
+    """``settings`` (the dict ``make_config`` takes) for a run on these GPUs; chosen as ``free:N`` (``choice``),
+    that is kept as ``gpu_choice``, so a rerun or a duplicate picks free GPUs again."""
     env = dict(settings.get("env") or {})
     env.update(cuda_environment(tuple(indices)))
-    return dict(settings, gpus=list(indices), nproc_per_node=len(indices), env=env)
+    chosen = {"gpu_choice": str(choice)} if choice is not None and choice.free_count is not None else {}
+    kept = {key: value for key, value in settings.items() if key != "gpu_choice"}
+    return dict(kept, gpus=list(indices), nproc_per_node=len(indices), env=env, **chosen)
 
 
 def settings_choice(settings: dict) -> GpuChoice | None:
     """The GPU choice stored in run settings as ``gpus``: a list of indices (a stored run's, the launch form's
     "Choose…"), or the text ``"free:N"`` / ``"0,3"`` (the form's "Any N free"); None without one."""
+    if isinstance(settings.get("gpu_choice"), str):  # a run whose GPUs were any N free ones: free ones again
+        return parse_gpu_choice(settings["gpu_choice"])
     value = settings.get("gpus")
     if value is None:
         return None
@@ -121,8 +128,8 @@ def resolve_gpus(settings: dict, hosts: list[str], snapshot_of: Callable[[str], 
     Slurm cluster (its scheduler gives the GPUs), a process count (``nproc``, else the settings') or a
     CUDA_VISIBLE_DEVICES that contradicts the choice, and GPUs that are missing, lost or not free enough.  The
     warnings name who holds a busy GPU chosen by index; they do not block."""
+    settings = without_gpu_env(settings)  # what a stored run's own ``gpus`` wrote is never a second choice
     if choice is None:
-        settings = without_gpu_env(settings)
         choice = settings_choice(settings)
         if choice is None:
             return settings, []

@@ -22,6 +22,7 @@ from remote_runner.config import ConfigError, RunConfig, config_from_dict
 from remote_runner.spools import EVENTS, METRICS
 from remote_runner.status import FINAL_STATES
 
+from ..gpus.launching import pool_snapshot_of, resolve_gpus, settings_choice
 from ..hosts import HostStore
 from ..store import RunRecord, RunStore
 from ..targets.base import Progress, TargetError
@@ -135,10 +136,19 @@ class RunManager:
             self.follow(record.id)
         return record
 
-    def rerun(self, run_id: str, progress: Progress | None = None) -> RunRecord:
-        """Launch again with the same config (a new run id and the same name)."""
+    def rerun(self, run_id: str, progress: Progress | None = None,
+              warn: Callable[[str], None] | None = None) -> RunRecord:
+        """Launch again with the same config (a new run id and the same name).  A run given GPUs has them
+        checked again on a fresh snapshot of its hosts (any N free ones picked again): a busy one is ``warn``-ed
+        about, a lost or missing one refused (GpuChoiceError)."""
         old = self.store.get_run(run_id)
         settings = dict(old.config, run_id="")
+        if settings_choice(settings) is not None and not self.is_slurm(old.host):
+            settings, warnings = resolve_gpus(settings, list(dict.fromkeys(old.hosts)), pool_snapshot_of(self.targets),
+                                              self.is_slurm)
+            for warning in warnings:
+                if warn is not None:
+                    warn(warning)
         if len(old.hosts) > 1 and not self.is_slurm(old.host):
             return self.launch_nodes(old.hosts, settings, progress)
         return self.launch(old.host, settings, progress)

@@ -33,7 +33,7 @@ def sweep_gpus(spec: SweepSpec, manager, choice: GpuChoice | None = None) -> tup
         choice = settings_choice(base)
         if choice is None:
             return base, []
-        base = {key: value for key, value in base.items() if key != "gpus"}
+        base = {key: value for key, value in base.items() if key not in ("gpus", "gpu_choice")}
     if spec.parallel:
         return parallel_base(choice, spec.hosts, base, spec.matrix, manager), []
     return resolve_gpus(base, spec.hosts, pool_snapshot_of(manager.targets), manager.is_slurm, choice=choice,

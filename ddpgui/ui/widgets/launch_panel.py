@@ -341,7 +341,7 @@ class LaunchPanel(FieldMarks, QWidget):
             self.metric_regex.setText(script.get("metric_regex") or "")
         self.nproc.setValue(int(settings.get("nproc_per_node", 1)))
         self.nnodes.setValue(int(settings.get("nnodes", 1)))
-        self.gpu_picker.set_value(settings.get("gpus"))
+        self.gpu_picker.set_value(settings.get("gpu_choice") or settings.get("gpus"))  # "free:2" picks again
         self.compile.setCurrentText(settings.get("compile", "off"))
         if not self.problems.get(settings.get("precision", "fp32")):
             self.precision.setCurrentText(settings.get("precision", "fp32"))
