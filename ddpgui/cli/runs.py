@@ -126,7 +126,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"  hint        {text(record.hint, True)}")
         print(f"  settings    {text(settings_text(cfg))}")
         if cfg.get("gpus") is not None:
-            print(f"  gpus        {','.join(map(str, cfg['gpus']))} (CUDA_VISIBLE_DEVICES)")
+            how = f", picked as {cfg['gpu_choice']}" if cfg.get("gpu_choice") else ""
+            print(f"  gpus        {','.join(map(str, cfg['gpus']))} (CUDA_VISIBLE_DEVICES{how})")
         print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
         for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
             if record.summary.get(key) is not None:

@@ -190,6 +190,8 @@ def test_rerun_checks_the_gpus_again_and_any_free_picks_again(gpu_env, tmp_path)
     with _store(gpu_env) as store:
         again = [r for r in store.list_runs() if r.name == "any free" and r.id != free.id]
     assert len(again) == 1 and again[0].config["gpus"] == [0] and again[0].config["gpu_choice"] == "free:1"
+    code, out, err = run_cli(["show", again[0].id], gpu_env)
+    assert code == 0 and "  gpus        0 (CUDA_VISIBLE_DEVICES, picked as free:1)" in out, out + err
 
 
 @pytest.mark.parametrize("gpus, extra, said", [
