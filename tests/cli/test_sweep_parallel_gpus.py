@@ -10,7 +10,9 @@ runs were alive together), or until the test creates ``--release``.
 import json
 import os
 import queue
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,14 @@ from helpers.cli_process import cli_env, run_cli, start_cli
 from helpers.gpu_snapshots import fake_smi_on_path
 from helpers.sampler_processes import samplers
 
+from ddpgui.core.gpus import monitor as monitor_module
+from ddpgui.core.gpus.placement import LOOK_TTL_S
+from ddpgui.core.hosts import HostStore
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.store.run_store import STORE_FILE
+from ddpgui.core.sweeps import SweepRunner, SweepSpec
+from ddpgui.core.targets.factory import open_target
 
 REPO = Path(__file__).resolve().parents[2]
 ENVDUMP = REPO / "tests" / "fixtures" / "scripts" / "envdump"
@@ -170,8 +178,10 @@ def test_a_pool_of_named_gpus_too_small_for_two_cells_makes_the_next_wait_saying
 
 
 def test_with_too_few_free_gpus_the_first_cell_waits_saying_who_holds_them_until_stopped(tmp_path, monkeypatch):
-    """Nothing of the sweep runs and the host has 1 free GPU of 8: nothing is launched onto the busy ones."""
+    """Nothing of the sweep runs and the host has 1 free GPU of 8: nothing is launched onto the busy ones; the
+    looks of the whole wait come from one long-lived sampler (its two nvidia-smi), never one per look."""
     env = _gpu_env(tmp_path, monkeypatch, capture=TITANS)
+    smi_log = Path(env["FAKE_SMI_LOG"])
     proc = start_cli(["sweep", "local", "--workload", "linear", "--steps", "2", "--nproc", "2", "--repeats", "2",
                       "--parallel", "--name", "busy host"], env)
     try:
@@ -182,6 +192,10 @@ def test_with_too_few_free_gpus_the_first_cell_waits_saying_who_holds_them_until
             line = lines.get(timeout=WAIT_S)
             assert line is not None, "".join(said) + proc.stderr.read()
             said.append(line)
+        time.sleep(4 * LOOK_TTL_S)  # several looks' time: each used to start a sampler of its own
+        starts = smi_log.read_text().splitlines()
+        assert len(starts) == 2 and {s.split()[1].split("=")[0] for s in starts} == \
+            {"--query-gpu", "--query-compute-apps"}, starts
         code, out, err = run_cli(["sweep-stop", "busy host"], env, timeout=WAIT_S)
         assert code == 0 and "stopped" in out, out + err
         stdout, err = proc.communicate(timeout=WAIT_S)
@@ -273,3 +287,31 @@ def test_a_parallel_sweep_on_a_cpu_host_is_as_before(tmp_path, holder):
     assert sorted(seen) == sorted(r.id for r in runs)  # both ran together: each held until the other came
     assert {r["visible"] for ranks in seen.values() for r in ranks.values()} == {None}
     assert all(c.reason == "" for c in cells)
+
+
+def test_a_parallel_sweep_on_a_cpu_host_whose_monitor_ends_runs_as_its_probe_says(tmp_path, monkeypatch):
+    """The host's monitor ends by itself at once (a real process that exits), every time it is started: the
+    probe found no GPUs on this computer, so the cells run on its CPUs instead of waiting to see its GPUs."""
+    started = []
+
+    def broken(target, interval_s=2.0, source=None):
+        started.append(target.name)
+        return [sys.executable, "-c", "import sys; sys.exit('no monitor on this host')"]
+
+    monkeypatch.setattr(monitor_module, "monitor_command", broken)
+    hosts = HostStore(tmp_path / "hosts.json")
+    manager = RunManager(RunStore(tmp_path / "runs.sqlite3"), hosts, lambda name: open_target(name, hosts))
+    try:
+        with SweepRunner(manager) as runner:
+            sweep = runner.start(SweepSpec(hosts=["local"], base={"workload": "linear", "steps": 2,
+                                                                  "dataset_size": 64, "batch_size": 8},
+                                           repeats=2, parallel=True))
+            sweep = runner.wait(sweep.id, timeout=WAIT_S)
+            cells = manager.store.sweep_cells(sweep.id)
+        assert sweep.state == "done", [(c.state, c.reason) for c in cells]
+        assert [c.state for c in cells] == ["done", "done"] and all(c.reason == "" for c in cells)
+        assert started == ["local"]  # its monitor was tried and failed; once the probe said, never again
+        assert manager.targets.environment("local")["gpu_count"] == 0
+    finally:
+        manager.close()
+        manager.store.close()

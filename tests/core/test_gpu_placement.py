@@ -6,12 +6,14 @@ SOURCES.md): 16x V100 (12 idle, 4 busy), 8x GTX TITAN X (1 idle), 8x A40 shared 
 taken by the real host monitor on this computer, and replayed from those captures where a GPU host is needed.
 """
 import threading
+import time
 
 import pytest
 from helpers.gpu_snapshots import (
     A40S,
     A40S_ERR,
     TITANS,
+    fake_smi_on_path,
     monitor_snapshot,
     query_gpus,
     query_snapshot,
@@ -264,3 +266,94 @@ def test_a_look_that_fails_is_said_and_tried_again():
     _, good = _settled(looks, "gpu1")
     assert good.snapshot is not None and good.error is None and replay.calls == 2
     looks.close()
+
+
+def test_a_failed_look_on_a_host_whose_probe_found_no_gpus_is_a_cpu_host():
+    failed = Look(error=("the host monitor on box stopped: it printed nothing for 60 s", "it starts again"))
+    assert decide("box", failed, GpuRequest(1), probed_gpus=0) is None  # the runner's CPU-capacity path
+    for probed in (None, 4):  # the probe cannot say, or found GPUs: the cell waits, saying why
+        waiting = decide("box", failed, GpuRequest(1), probed_gpus=probed)
+        assert waiting.waiting.startswith("waiting to see which GPUs of box are free: the host monitor on box")
+    assert decide("box", Look(), GpuRequest(1), probed_gpus=0) == Placement()  # no error: its snapshot comes
+    assert decide("box", Look(snapshot=query_snapshot(V100S)), GpuRequest(1), probed_gpus=0).gpus == (0,)
+
+
+def _next_look(looks, host, held=(), count=1):
+    """The look once ``count`` more snapshots have come from the host's monitor."""
+    watch = looks._watches.get(host)
+    seen = watch.count if watch is not None else 0
+    event = threading.Event()
+    looks._on_look = event.set
+    look = looks.look(host, held)
+    watch = looks._watches[host]
+    while watch.count < seen + count:
+        assert event.wait(90), "no snapshot came"
+        event.clear()
+    return look, looks.look(host, held)
+
+
+def test_one_long_lived_monitor_serves_every_look_and_ends_with_the_looks(tmp_path, monkeypatch):
+    """This computer with the fake nvidia-smi (the TITAN X capture): the looks of a long wait come from one
+    sampler (its two nvidia-smi), not one per look; a look after GPUs were let go waits for a newer snapshot."""
+    smi_log = fake_smi_on_path(tmp_path, monkeypatch)
+    looks = HostLooks(open_target=lambda host: _local_target()(), ttl_s=0)
+    try:
+        first, look = _next_look(looks, "local", held={0})
+        assert first == Look() and look.snapshot.gpus[0].name == "GeForce GTX TITAN X"
+        assert decide("local", look, GpuRequest(1), held={0}).waiting.startswith("waiting for 1 free GPU on local")
+        for _ in range(3):  # several snapshots, each served to the looks
+            _, look = _next_look(looks, "local", held={0})
+        served = look
+        assert looks.look("local", held=()).snapshot is served.snapshot  # GPU 0 let go: not this one again...
+        _, newer = _next_look(looks, "local", held=())
+        assert newer.snapshot is not served.snapshot and newer.snapshot.seq > served.snapshot.seq  # ...a newer one
+        assert decide("local", newer, GpuRequest(1)).gpus == (0,)
+        assert looks._watches["local"].monitor.running
+    finally:
+        looks.close()
+    starts = smi_log.read_text().splitlines()
+    assert len(starts) == 2, starts  # one sampler: --query-gpu and --query-compute-apps, each started once
+    assert not looks._watches["local"].monitor.running
+    assert looks.look("local") == newer  # closed: no monitor starts again
+
+
+def test_a_host_without_gpus_is_looked_at_once_by_its_monitor():
+    looks = HostLooks(open_target=lambda host: _local_target()(), ttl_s=0, grace_s=0.1)
+    try:
+        _, look = _next_look(looks, "local")
+        assert look.snapshot.gpus == () and look.snapshot.cpu.cpu_count
+        assert looks.look("local", held={1}) is look and not looks._watches["local"].acquired  # let go
+        assert decide("local", look, GpuRequest(1)) is None
+    finally:
+        looks.close()
+    assert not looks._watches["local"].monitor.running
+
+
+def test_a_monitor_that_cannot_start_is_said_started_again_and_a_cpu_host_by_its_probe():
+    """The host's target cannot be opened: the look says why, its monitor starts again after ttl_s (a new
+    acquire), and a host whose probe found no GPUs is placed as a CPU host (decide gives None)."""
+    opened = []
+
+    def unreachable(host):
+        opened.append(host)
+        raise MonitorError(f"cannot reach {host}", "check its connection")
+
+    looks = HostLooks(open_target=unreachable, ttl_s=0)
+    try:
+        event = threading.Event()
+        looks._on_look = event.set
+        assert looks.look("box") == Look()
+        assert event.wait(60), "the problem was not reported"
+        failed = looks.look("box")
+        assert failed.error == ("cannot reach box", "check its connection") and failed.snapshot is None
+        assert decide("box", failed, GpuRequest(1), probed_gpus=2).waiting == \
+            "waiting to see which GPUs of box are free: cannot reach box"
+        assert decide("box", failed, GpuRequest(1), probed_gpus=0) is None
+        deadline = time.monotonic() + 60
+        while len(opened) < 2:  # ttl_s=0: the failed monitor is started again (once its worker has ended)
+            assert time.monotonic() < deadline, "the monitor was not started again"
+            looks.look("box")
+            time.sleep(0.1)
+    finally:
+        looks.close()
+    assert not looks._watches["box"].monitor.running

@@ -12,9 +12,11 @@ in words; more processes than the host (or the named GPUs) could ever hold: it s
 whose settings name its GPUs (``gpus``) takes exactly those, waiting only while a running cell of the
 sweep holds one (somebody else's process on one was warned about when the sweep started).
 
-:class:`HostLooks` keeps the latest snapshot of each host for the runner, taken on a thread of its own (over
-SSH it takes seconds, which must not hold the runner's host worker), again once it is ``ttl_s`` old or the
-sweep's cells have let GPUs go since it was taken (it still shows their processes).  Qt-free.
+:class:`HostLooks` keeps the latest snapshot of each host for the runner, from one long-lived host monitor per
+host (:class:`~ddpgui.core.gpus.monitor.HostMonitor`, never a sampler per look) that runs while the sweep's
+cells wait there; its snapshots arrive on its own worker, so the runner's host worker never waits for one, and
+after the sweep's cells have let GPUs go only a snapshot taken since serves (an older one still shows their
+processes).  A host whose monitor fails but whose probe found no GPUs is placed as a CPU host.  Qt-free.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..errors import describe
+from ..targets.base import Target
+from .monitor import HostMonitor
 from .picker import GpuChoiceError, check_indices, parse_gpu_choice, pick_free
 from .snapshot import FREE_MEMORY_MIB, GpuState, HostSnapshot
 
@@ -175,39 +179,65 @@ class Look:
     held: frozenset[int] = frozenset()
 
 
-def decide(host: str, look: Look, request: GpuRequest | None, held: Iterable[int] = ()) -> Placement | None:
+def decide(host: str, look: Look, request: GpuRequest | None, held: Iterable[int] = (),
+           probed_gpus: int | None = None) -> Placement | None:
     """The placement of a cell on what ``look`` saw of ``host``; None when GPUs are not placed (the host has
-    none, or the cell places itself): the runner then does what it does without GPUs."""
+    none, or the cell places itself): the runner then does what it does without GPUs.  ``probed_gpus``: the
+    GPUs the host's probe found; a look that failed on a host whose probe found none is a CPU host's."""
     if request is None or (look.snapshot is not None and not look.snapshot.gpus):
         return None
     if look.snapshot is None:
         if look.error is None:
             return Placement()  # the first snapshot is on its way
+        if probed_gpus == 0:
+            return None  # the monitor failed, but the probe says there are no GPUs to place on
         message, hint = look.error
         return Placement(waiting=f"waiting to see which GPUs of {host} are free: {message}",
                          hint=hint or "it is tried again in a few seconds")
     return place(host, look.snapshot, request, held)
 
 
+class _Watch:
+    """One host's long-lived monitor for the looks: the snapshots it sent (counted), its last problem."""
+
+    def __init__(self, monitor):
+        self.monitor, self.acquired = monitor, False
+        self.latest: HostSnapshot | None = None
+        self.count = 0  # snapshots sent by the monitor (its own seq starts again with each sampler)
+        self.need = 0  # a look is served from a snapshot counted above this (newer than GPUs let go)
+        self.error: Look | None = None
+        self.look = Look()
+
+
 class HostLooks:
     """The latest snapshot of each host, for one sweep's placements; thread-safe.
 
-    ``take(host)`` takes a snapshot (``snapshot_once`` over the host's connection); it runs on a thread of
-    its own, ``on_look()`` is called when it has one, so the caller's loop never waits for it.
+    With ``open_target(host)`` (the host's target, the runner deployed) each host gets one long-lived
+    :class:`~ddpgui.core.gpus.monitor.HostMonitor`, acquired by the first look while its cells wait and released
+    by :meth:`release` (no pending cells there) or :meth:`close`; its snapshots arrive on its worker and
+    ``on_look()`` is called with each, so the caller's loop never waits.  A monitor that went away is started
+    again once its error is ``ttl_s`` old.  Pure tests give ``take(host)`` instead: a snapshot taken on a thread
+    of its own, again once the last is ``ttl_s`` old.
     """
 
-    def __init__(self, take: Callable[[str], HostSnapshot], ttl_s: float = LOOK_TTL_S,
-                 on_look: Callable[[], None] | None = None):
+    def __init__(self, take: Callable[[str], HostSnapshot] | None = None, ttl_s: float = LOOK_TTL_S,
+                 on_look: Callable[[], None] | None = None, *, open_target: Callable[[str], Target] | None = None,
+                 grace_s: float = LOOK_TTL_S):
         self._take, self.ttl_s, self._on_look = take, ttl_s, on_look
+        self._open_target, self.grace_s = open_target, grace_s
         self._looks: dict[str, Look] = {}
         self._taking: dict[str, threading.Thread] = {}
+        self._watches: dict[str, _Watch] = {}
+        self._closed = False
         self._lock = threading.Lock()
 
     def look(self, host: str, held: Iterable[int] = ()) -> Look:
-        """The latest look at ``host`` (perhaps an old one); a new one is taken meanwhile when it is older than
-        ``ttl_s``, or when GPUs it saw ``held`` are no longer (their processes had not ended on it).  A host
-        without GPUs is looked at once."""
+        """The latest look at ``host`` (perhaps an old one); a newer one comes meanwhile when it is older than
+        ``ttl_s`` (``take``), or when GPUs it saw ``held`` are no longer (their processes had not ended on it): a
+        snapshot taken after that is waited for.  A host without GPUs is looked at once."""
         held = frozenset(held)
+        if self._take is None:
+            return self._watched(host, held)
         with self._lock:
             look = self._looks.get(host)
             stale = look is None or (look.snapshot is None or bool(look.snapshot.gpus)) and \
@@ -230,10 +260,78 @@ class HostLooks:
         if self._on_look is not None:
             self._on_look()
 
+    # ---- one long-lived monitor per host ---------------------------------------------------------------
+    def _watched(self, host: str, held: frozenset[int]) -> Look:
+        actions = []  # the monitor's acquire/release, called outside the lock (they may wait for its worker)
+        with self._lock:
+            watch = self._watches.get(host)
+            if watch is None:
+                if self._closed:
+                    return Look()
+                watch = self._watches[host] = _Watch(self._monitor(host))
+            look = watch.look
+            if self._closed or look.snapshot is not None and not look.snapshot.gpus:
+                return look  # the sweep is over, or the host has no GPUs: looked at once
+            if not watch.acquired:
+                watch.acquired, watch.need = True, watch.count
+                actions.append(watch.monitor.acquire)
+            elif watch.error is not None and time.monotonic() - watch.error.at >= self.ttl_s and \
+                    not watch.monitor.running:  # its worker has ended: the next acquire starts a new one
+                watch.error = dataclasses.replace(watch.error, at=time.monotonic())
+                actions += [watch.monitor.release, watch.monitor.acquire]  # it went away: a new one starts
+            if look.snapshot is not None and not look.held <= held:
+                watch.need = max(watch.need, watch.count)  # it still shows the processes of GPUs let go
+                look = watch.look = dataclasses.replace(look, held=held)  # once: a newer snapshot is awaited
+            if watch.latest is not None and watch.count > watch.need:
+                look = watch.look = Look(snapshot=watch.latest, at=time.monotonic(), held=held)
+            elif watch.error is not None:
+                look = watch.error
+            if look.snapshot is not None and not look.snapshot.gpus and watch.acquired:
+                watch.acquired = False  # nothing to place: the sampler may end
+                actions.append(watch.monitor.release)
+        for action in actions:
+            action()
+        return look
+
+    def _monitor(self, host: str) -> HostMonitor:
+        return HostMonitor(host, lambda: self._open_target(host), grace_s=self.grace_s,
+                           on_snapshot=lambda snapshot: self._snapshot(host, snapshot),
+                           on_problem=lambda problem: self._problem(host, problem))
+
+    def _snapshot(self, host: str, snapshot: HostSnapshot) -> None:
+        with self._lock:
+            watch = self._watches[host]
+            watch.latest, watch.error = snapshot, None
+            watch.count += 1
+        if self._on_look is not None:
+            self._on_look()
+
+    def _problem(self, host: str, problem: Exception) -> None:
+        with self._lock:
+            watch = self._watches[host]
+            watch.latest = None  # its last snapshot grows old: the problem is what the looks say now
+            watch.error = Look(error=describe(problem), at=time.monotonic())
+        if self._on_look is not None:
+            self._on_look()
+
+    def release(self, host: str) -> None:
+        """The host has no cells waiting for GPUs: its monitor is let go (it ends ``grace_s`` later)."""
+        with self._lock:
+            watch = self._watches.get(host)
+            if watch is None or not watch.acquired:
+                return
+            watch.acquired = False
+        watch.monitor.release()
+
     def close(self, timeout: float = 30.0) -> None:
-        """Wait (up to ``timeout`` s) for the snapshots being taken, so that no sampler outlives the sweep."""
+        """Stop every host's monitor and wait (up to ``timeout`` s) for the snapshots being taken, so that no
+        sampler outlives the sweep."""
         deadline = time.monotonic() + timeout
         with self._lock:
+            self._closed = True
             threads = list(self._taking.values())
+            watches = list(self._watches.values())
+        for watch in watches:
+            watch.monitor.stop(timeout=max(1.0, min(15.0, deadline - time.monotonic())))
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -22,9 +22,7 @@ from remote_runner.status import FINAL_STATES
 
 from ..errors import describe
 from ..gpus.launching import with_gpus
-from ..gpus.monitor import snapshot_once
 from ..gpus.placement import HostLooks, Placement, decide, gpu_request
-from ..gpus.snapshot import HostSnapshot
 from ..runs.manager import RunManager, RunUpdate
 from ..store import CELL_FINAL_STATES, RunNotFound, RunRecord, SweepCell, SweepRecord
 from .plan import SweepSpec, plan_sweep
@@ -55,6 +53,7 @@ class _Job:
         self.launching: set[int] = set()
         self.placed: dict[int, tuple[int, ...]] = {}  # cell index → the GPUs it was launched on
         self.looks: HostLooks | None = None
+        self.probed_gpus: dict[str, int] = {}  # host → the GPUs its probe found (once its monitor failed)
         self.last_tick = 0.0
         self.thread: threading.Thread | None = None
 
@@ -147,7 +146,7 @@ class SweepRunner:
             sweep = self.store.update_sweep(sweep_id, state="running", message="", ended_at=None,
                                             started_at=sweep.started_at or time.time())
             job = self._jobs[sweep_id] = _Job(sweep)
-            job.looks = HostLooks(self._snapshot, on_look=job.poke)
+            job.looks = HostLooks(open_target=self.manager.targets.target, on_look=job.poke)
             job.thread = threading.Thread(target=self._supervise, args=(job,), name=f"sweep-{sweep_id}", daemon=True)
             job.thread.start()
         return sweep
@@ -173,7 +172,7 @@ class SweepRunner:
             worker.start()
         for worker in workers:
             worker.join()
-        job.looks.close()  # a snapshot being taken ends first: no sampler outlives the sweep
+        job.looks.close()  # every host's monitor ends first: no sampler outlives the sweep
         if not job.halt.is_set():
             self._finish(job)
         self._emit(job)  # before done: whoever waits has had the final progress
@@ -220,8 +219,10 @@ class SweepRunner:
             else:
                 running.append(cell)
         pending = [c for c in cells if c.state == "pending"]
-        if not pending and not running:
-            return False
+        if not pending:
+            job.looks.release(host)  # nothing waits for GPUs there: its monitor may end
+            if not running:
+                return False
         for cell in pending:
             gpus = None if job.halt.is_set() else self._fits(job, host, cell, running)
             if gpus is None:
@@ -268,7 +269,26 @@ class SweepRunner:
                 run = self._run_of(other)
                 gpus = (run.config.get("gpus") if run is not None else None) or ()
             held.update(gpus)
-        return decide(host, job.looks.look(host, held), request, held)
+        if job.probed_gpus.get(host) == 0:
+            return None  # its monitor failed, and its probe found no GPUs: a CPU host
+        look = job.looks.look(host, held)
+        return decide(host, look, request, held, self._probed_gpus(job, host) if look.error else None)
+
+    def _probed_gpus(self, job: _Job, host: str) -> int | None:
+        """The GPUs the host's probe found (None when it cannot say; kept once known): a host whose monitor
+        failed but whose probe found none runs its cells as a CPU host does."""
+        if host not in job.probed_gpus:
+            try:
+                count = self.manager.targets.environment(host).get("gpu_count")
+            except Exception as exc:  # unreachable: the look's error says so, and it is asked again later
+                log.debug("no probe of %s: %s", host, exc)
+                return None
+            if count is None:
+                return None
+            job.probed_gpus[host] = count
+            if count == 0:
+                job.looks.release(host)  # nothing to place there: its monitor is not started again
+        return job.probed_gpus[host]
 
     def _placed(self, job: _Job, host: str, cell: SweepCell, placement: Placement) -> tuple[int, ...] | None:
         """The placement's GPUs; a cell that waits shows why (its reason), one that can never run here fails."""
@@ -282,9 +302,6 @@ class SweepRunner:
                                        hint=placement.hint):
                 self._emit(job, cell.index)
         return placement.gpus or None
-
-    def _snapshot(self, host: str) -> HostSnapshot:
-        return snapshot_once(host, lambda: self.manager.targets.target(host))
 
     def _widest(self, job: _Job, host: str) -> int:
         return max(_processes(c) for c in self.store.sweep_cells(job.sweep.id) if c.host == host)
