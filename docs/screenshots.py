@@ -47,27 +47,49 @@ def sweep_and_figures(steps: int, single: Path) -> str:
     return sweep["id"]
 
 
-def window_shots(sweep_id: str, live_steps: int) -> None:
-    from PySide6.QtCore import QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
+class Shots:
+    """The real main window over the temporary stores (``extra_hosts``: profiles added first), shown at the
+    README's size with This computer probed; :meth:`pump` turns its event loop, :meth:`close` ends it."""
 
-    from ddpgui.ui.app import create_app, open_stores
-    from ddpgui.ui.main_window import MainWindow
+    def __init__(self, extra_hosts=()):
+        from PySide6.QtCore import QSettings
 
-    app = create_app([])
-    settings = QSettings(str(Path(os.environ["DDPGUI_CONFIG_DIR"]) / "shots.ini"), QSettings.Format.IniFormat)
-    store, hosts = open_stores()
-    window = MainWindow(store=store, hosts=hosts, settings=settings)
-    window.resize(1500, 950)
-    window.show()
-    window.probe_at_start()
+        from ddpgui.ui.app import create_app, open_stores
+        from ddpgui.ui.main_window import MainWindow
 
-    def pump(seconds: float) -> None:
+        self.app = create_app([])
+        settings = QSettings(str(Path(os.environ["DDPGUI_CONFIG_DIR"]) / "shots.ini"), QSettings.Format.IniFormat)
+        self.store, hosts = open_stores()
+        for profile in extra_hosts:
+            hosts.add(profile)
+        self.window = MainWindow(store=self.store, hosts=hosts, settings=settings)
+        self.window.hosts_panel.reload("local")
+        self.window.resize(1500, 950)
+        self.window.show()
+        self.window.probe_at_start()
+        self.each_tick = None
+
+    def pump(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            app.processEvents()
+            self.app.processEvents()
             time.sleep(0.02)
+            if self.each_tick is not None:
+                self.each_tick()
 
+    def close(self) -> None:
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication
+
+        QTimer.singleShot(0, self.window.close)
+        self.pump(1)
+        self.window.manager.close()
+        QApplication.quit()
+
+
+def window_shots(sweep_id: str, live_steps: int) -> None:
+    shots = Shots()
+    window, store, pump = shots.window, shots.store, shots.pump
     pump(8)  # This computer's probe
     panel = window.launch_panel  # launched from the form, as a user does
     panel.workload.setCurrentText("mlp")
@@ -92,42 +114,26 @@ def window_shots(sweep_id: str, live_steps: int) -> None:
     window.compare_sweep(sweep_id)  # as the status bar's Compare button does
     pump(10)
     window.grab().save(str(DOCS / "compare.png"))
-    QTimer.singleShot(0, window.close)
-    pump(1)
-    window.manager.close()
-    QApplication.quit()
+    shots.close()
 
 
 def gpu_shots() -> None:
     """docs/gpus.png (the GPUs tab on a shared 8-GPU host, the hosts panel's count) and docs/fleet.png."""
     sys.path.insert(0, str(REPO / "tests"))
     from helpers.gpu_snapshots import A40S, table_snapshot
-    from PySide6.QtCore import QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
 
     from ddpgui.core.hosts import HostProfile
-    from ddpgui.ui.app import create_app, open_stores
-    from ddpgui.ui.main_window import MainWindow
 
-    app = create_app([])
-    settings = QSettings(str(Path(os.environ["DDPGUI_CONFIG_DIR"]) / "shots.ini"), QSettings.Format.IniFormat)
-    store, hosts = open_stores()
-    hosts.add(HostProfile(name="lab-a40", hostname="a40.lab.example.edu", user="ana"))
-    window = MainWindow(store=store, hosts=hosts, settings=settings)
-    window.hosts_panel.reload("local")
-    window.resize(1500, 950)
-    window.show()
-    window.probe_at_start()
+    shots = Shots([HostProfile(name="lab-a40", hostname="a40.lab.example.edu", user="ana")])
+    window, pump = shots.window, shots.pump
     window.start_gpu_watch()
+    shared = table_snapshot(A40S, "a40")  # read once: the shared machine reports it again and again
 
-    def pump(seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            app.processEvents()
-            time.sleep(0.02)
-            if window.gpu_watch.latest("local") is not None:  # the shared machine keeps reporting
-                window.gpu_watch.snapshot.emit("lab-a40", table_snapshot(A40S, "a40"))
+    def report() -> None:
+        if window.gpu_watch.latest("local") is not None:
+            window.gpu_watch.snapshot.emit("lab-a40", shared)
 
+    shots.each_tick = report
     pump(10)  # This computer's probe and its first snapshots
     window.hosts_panel.select("lab-a40")
     window.tabs.setCurrentWidget(window.gpus_tab)
@@ -137,10 +143,7 @@ def gpu_shots() -> None:
     window.gpus_tab.set_mode("fleet")
     pump(4)
     window.gpus_tab.grab().save(str(DOCS / "fleet.png"))
-    QTimer.singleShot(0, window.close)
-    pump(1)
-    window.manager.close()
-    QApplication.quit()
+    shots.close()
 
 
 def main() -> int:
