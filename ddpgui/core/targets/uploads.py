@@ -1,6 +1,7 @@
 """Uploading the user's script directory ("your own script" mode) through any Target.
 
-Skips version-control and cache directories, virtualenvs and conda envs,
+Skips what the folder's ``.gitignore`` and ``.ddpguiignore`` files ignore (git's rules: ddpgui.core.targets.ignores),
+version-control and cache directories, virtualenvs and conda envs,
 symbolic links that leave the folder (to /etc/shadow, say), FIFOs, sockets and
 device files, unreadable files and files over a size cap (all reported, with
 the reason).  A file gets on the host at most its local permission bits.  A manifest on the host records the
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .base import Progress, Target
+from .ignores import IgnoreRules
 
 log = logging.getLogger(__name__)
 
@@ -112,25 +114,32 @@ def _link_outside(path: Path, root: Path) -> str | None:
     return None
 
 
-def scan(local_dir: str | Path, size_cap: int = DEFAULT_SIZE_CAP) -> tuple[list[LocalFile], list[tuple[str, str]]]:
+Scan = tuple[list[LocalFile], list[tuple[str, str]]]
+
+
+def scan(local_dir: str | Path, size_cap: int = DEFAULT_SIZE_CAP) -> Scan:
     """The files to upload (hashed) and what was skipped, with reasons."""
     root = Path(local_dir).resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"{local_dir} is not a directory")
+    rules = IgnoreRules(root)
     files: list[LocalFile] = []
     skipped: list[tuple[str, str]] = []
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
+        if here != root:
+            rules.enter(here.relative_to(root).as_posix())
         for name in sorted(dirnames):
-            reason = _skip_dir_reason(here / name)
+            rel = (here / name).relative_to(root).as_posix()
+            reason = rules.reason(rel, is_dir=not (here / name).is_symlink()) or _skip_dir_reason(here / name)
             if reason:
-                skipped.append(((here / name).relative_to(root).as_posix() + "/", reason))
+                skipped.append((rel + "/", reason))
                 dirnames.remove(name)
         dirnames.sort()
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(root).as_posix()
-            reason = _link_outside(path, root) if path.is_symlink() else None
+            reason = rules.reason(rel, is_dir=False) or (_link_outside(path, root) if path.is_symlink() else None)
             if reason:
                 skipped.append((rel, reason))
                 continue
@@ -187,9 +196,11 @@ def _batches(files: list[LocalFile]) -> Iterator[list[LocalFile]]:
 
 
 def upload_dir(target: Target, local_dir: str | Path, remote_dir: str | None = None, *,
-               size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None) -> UploadResult:
-    """Bring ``remote_dir`` up to date with ``local_dir``; returns what was done."""
-    files, skipped = scan(local_dir, size_cap)
+               size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None,
+               scanned: Scan | None = None) -> UploadResult:
+    """Bring ``remote_dir`` up to date with ``local_dir`` (``scanned``: its :func:`scan`, when already made);
+    returns what was done."""
+    files, skipped = scanned if scanned is not None else scan(local_dir, size_cap)
     remote_dir = remote_dir or default_remote_dir(target, local_dir)
     manifest_path = posixpath.join(remote_dir, MANIFEST)
     target.makedirs(remote_dir, 0o700)
@@ -238,9 +249,10 @@ def collected_skips() -> Iterator[list[str]]:
 
 
 def upload_script_dir(target: Target, local_dir: str | Path, remote_dir: str | None = None, *,
-                      size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None) -> str:
+                      size_cap: int = DEFAULT_SIZE_CAP, progress: Progress | None = None,
+                      scanned: Scan | None = None) -> str:
     """:func:`upload_dir` for callers that need only the remote directory; what was skipped is logged."""
-    result = upload_dir(target, local_dir, remote_dir, size_cap=size_cap, progress=progress)
+    result = upload_dir(target, local_dir, remote_dir, size_cap=size_cap, progress=progress, scanned=scanned)
     for rel, why in result.skipped:
         log.warning("not uploaded from %s: %s (%s)", local_dir, rel, why)
     return result.remote_dir
