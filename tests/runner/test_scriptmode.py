@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_runner.scriptmode import MAX_LINE, SCRIPT_COMMAND, ScriptMetrics, parse_metric_line
+from remote_runner.scriptmode import SCRIPT_COMMAND, ScriptMetrics
+from remote_runner.scriptread.lines import MAX_LINE, parse_metric_line
 
 
 @pytest.mark.parametrize("line,expected", [
