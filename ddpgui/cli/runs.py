@@ -14,6 +14,7 @@ from ..core.runs.config import make_config, settings_text
 from ..core.runs.manager import RunManager
 from ..core.runs.nodes import node_states
 from ..core.store import RunRecord, RunStore
+from ..core.targets.fingerprint import summary as code_summary
 from .common import EXIT_OK, CLIError, find_run, open_manager, terminal_text
 from .options import add_launch_settings, gpu_settings, launch_settings
 from .render import follow_live, print_runs_table
@@ -125,6 +126,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         if record.hint:
             print(f"  hint        {text(record.hint, True)}")
         print(f"  settings    {text(settings_text(cfg))}")
+        code = code_summary((cfg.get("script") or {}).get("fingerprint"))
+        if code:
+            print(f"  code        {text(code)}")
         if cfg.get("gpus") is not None:
             how = f", picked as {cfg['gpu_choice']}" if cfg.get("gpu_choice") else ""
             print(f"  gpus        {','.join(map(str, cfg['gpus']))} (CUDA_VISIBLE_DEVICES{how})")

@@ -42,7 +42,7 @@ def cli_env(tmp_path, disk):
 
 
 def test_a_run_that_fills_the_disk_ends_failed_with_the_reason_once(tmp_path, disk, cli_env):
-    script = tmp_path / "fill"
+    script = disk / "fill"  # on the small disk: the script writes big.bin into its own folder (it runs there)
     script.mkdir()
     (script / "train.py").write_text(FILL_SCRIPT)
     rc, out, err = run_cli(["launch", "local", "--script", str(script), "--nproc", "1", "--follow"], cli_env)

@@ -1,11 +1,12 @@
 """Runs that meet bad luck on this computer, through real CLI processes and the real store:
 
-* the CLI killed (SIGKILL) during a script upload: the run is shown as a launch that did not finish, and
+* the CLI killed (SIGKILL) while it reads the script folder: the run is shown as a launch that did not finish, and
   ``runs``, ``follow``, ``stop``, ``delete`` and ``rerun`` each behave and come back;
 * the run directory removed while ``follow`` watches: it ends with "the run's directory is gone".
 
-The kill lands during the upload deterministically: the CLI runs under a driver that, once the upload's
-progress reports its first file, says so in a file and waits there (the test then kills it).
+The kill lands while the folder is read deterministically: the CLI runs under a driver that, once the launch puts
+the script in place (on This computer: points the run at its folder), says so in a file and waits there (the test
+then kills it).
 """
 import os
 import shutil
@@ -36,37 +37,34 @@ def _store(tmp_path):
 
 
 def _held_launch(tmp_path, env):
-    """A real ``ddpgui launch local --script DIR`` process held after its first uploaded file; returns it."""
+    """A real ``ddpgui launch local --script DIR`` process held once it has read the script folder; returns it."""
     script = tmp_path / "script"
     script.mkdir(exist_ok=True)
-    (script / "a.bin").write_bytes(os.urandom(1 << 20))
-    (script / "b.bin").write_bytes(os.urandom(1 << 20))
     (script / "train.py").write_text(SCRIPT)
-    marker = tmp_path / "uploading"
+    marker = tmp_path / "held"
     marker.unlink(missing_ok=True)
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(f"""\
         import sys, time
         import ddpgui.cli as cli
-        import ddpgui.cli.runs as cli_runs
+        from ddpgui.core.runs import launches
 
-        def held(done, total, files_done, files_total):
-            if files_total == 3 and files_done >= 1:  # the script (3 files), not the runner (1)
-                open({str(marker)!r}, "w").close()
-                while True:
-                    time.sleep(1)
+        def held(*args, **kwargs):
+            open({str(marker)!r}, "w").close()
+            while True:
+                time.sleep(1)
 
-        cli_runs._upload_progress = held
+        launches.place_script = held
         sys.exit(cli.main(sys.argv[1:]))
         """))
     proc = subprocess.Popen([sys.executable, str(driver), "launch", "local", "--script", str(script), "--nproc", "1",
-                             "--name", "killed mid-upload"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             "--name", "killed mid-launch"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert wait_for(marker.exists, timeout=120), proc.communicate(timeout=60)
     return proc
 
 
-def test_launch_killed_during_upload_is_shown_followed_deleted_and_rerun(tmp_path, env):
+def test_launch_killed_midway_is_shown_followed_deleted_and_rerun(tmp_path, env):
     proc = _held_launch(tmp_path, env)
     with _store(tmp_path) as store:
         (record,) = store.list_runs()
@@ -86,7 +84,7 @@ def test_launch_killed_during_upload_is_shown_followed_deleted_and_rerun(tmp_pat
     with _store(tmp_path) as store:
         settled = store.get_run(record.id)
     assert (settled.state, settled.failure) == ("failed", "launch_incomplete")
-    assert settled.message == "the launch did not finish (the app was closed while uploading the script)"
+    assert settled.message == "the launch did not finish (the app was closed while reading the script folder)"
 
     rc, out, err = run_cli(["follow", record.id], env, timeout=60)
     assert rc == 1 and "the launch did not finish" in out + err and "Traceback" not in err, out + err
@@ -102,7 +100,7 @@ def test_launch_killed_during_upload_is_shown_followed_deleted_and_rerun(tmp_pat
     assert rerun.id != record.id and rerun.state == "finished" and rerun.last_step == 3
 
 
-def test_stop_and_delete_of_a_launch_killed_during_upload(tmp_path, env):
+def test_stop_and_delete_of_a_launch_killed_midway(tmp_path, env):
     proc = _held_launch(tmp_path, env)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)

@@ -249,15 +249,17 @@ def test_a_file_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
                                       "or move it out of the folder"]]
 
 
-def test_the_cli_prints_what_a_script_upload_skipped(tmp_path, secret_outside, capsys, monkeypatch):
-    """``ddpgui launch --script`` (here on "This computer") names the link it did not upload."""
+def test_the_cli_uploads_nothing_for_a_script_run_on_this_computer(tmp_path, secret_outside, capsys, monkeypatch):
+    """``ddpgui launch local --script`` runs the script in its folder: nothing is copied, so nothing is "not
+    uploaded", and a link out of the folder is the user's own, read where it points (tests/ssh names the skips)."""
     from ddpgui.cli import main
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     project = tmp_path / "proj"
     project.mkdir()
-    (project / "train.py").write_text("print('step 1: loss 0.5')\n")
+    (project / "train.py").write_text("open('seen.txt', 'w').write(str(len(open('shadow').read())))\n"
+                                      "print('step 1: loss 0.5')\n")
     (project / "shadow").symlink_to(secret_outside)
-    assert main(["launch", "local", "--script", str(project), "--nproc", "1"]) == 0
-    err = capsys.readouterr().err
-    assert f"not uploaded from {project}: shadow (a symbolic link to {secret_outside}, outside the folder)" in err
+    assert main(["launch", "local", "--script", str(project), "--nproc", "1", "--follow"]) == 0
+    assert "not uploaded" not in capsys.readouterr().err
+    assert (project / "seen.txt").read_text() == str(len(secret_outside.read_text()))

@@ -8,9 +8,10 @@ when its launcher is provably gone: same machine, and that pid no longer runs
 the process that started the launch.  Such a run is marked failed
 (``launch_incomplete``) with the step it stopped at; it can then be stopped,
 deleted and rerun like any ended run.  A launch that fails is recorded by
-:func:`launch_failed` (``launch_failed``); a script run's folder is uploaded by
-:func:`upload_script`; :func:`prepare` is every step of a one-host launch before the run starts (an SSH
-host's or a Slurm cluster's).
+:func:`launch_failed` (``launch_failed``); a script run's folder is read (checked, fingerprinted) by
+:func:`read_script_folder` and put where the run finds it by :func:`place_script`: on This computer the run
+runs in the folder itself, elsewhere the folder is uploaded; :func:`prepare` is every step of a one-host launch
+before the run starts.
 """
 from __future__ import annotations
 
@@ -19,17 +20,24 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from remote_runner.config import RunConfig
 from remote_runner.fsutil import pid_alive
 
 from ..errors import describe
 from ..store import RunRecord, RunStore
-from ..targets.base import Progress, Target
+from ..targets.base import Progress, Target, TargetError
 from ..targets.pool import TargetPool
+
+if TYPE_CHECKING:
+    from ..targets.uploads import Scan
 
 #: What a launch is doing, in the words of the "launch did not finish" message.
 STAGE_CONNECTING = "connecting to the host and deploying the runner"
+STAGE_READING = "reading the script folder"
 STAGE_UPLOADING = "uploading the script"
 STAGE_STARTING = "starting the run on the host"
 STAGE_NODES = "uploading to and starting the nodes"
@@ -113,25 +121,70 @@ def launch_failed(store: RunStore, run_id: str, exc: BaseException, **columns: o
                             ended_at=time.time(), **columns)
 
 
-def upload_script(target: Target, cfg: RunConfig, progress: Progress | None = None) -> None:
-    """Upload a script run's folder to ``target`` and point ``cfg.script`` at it there (a new script object:
-    the nodes of a multi-node run share the one they were copied from)."""
+@dataclass(frozen=True)
+class ScriptFolder:
+    """A script run's folder on this computer as read before the launch: where it is, its files and what was
+    skipped (the upload's scan), and the code's fingerprint."""
+
+    path: Path
+    scanned: Scan
+    fingerprint: dict
+
+
+def read_script_folder(cfg: RunConfig) -> ScriptFolder:
+    """Check that the script folder and its entry exist here, scan the folder and fingerprint its code (a
+    rerun's stored fingerprint is never reused)."""
+    from ..targets.fingerprint import fingerprint
+    from ..targets.uploads import scan
+
+    path = Path(cfg.script.dir).expanduser().resolve()
+    if not path.is_dir():
+        raise TargetError(f"the script folder {cfg.script.dir} does not exist on this computer",
+                          "choose the folder that holds your training script", field="script.dir")
+    if not (path / cfg.script.entry).is_file():
+        raise TargetError(f"the script {cfg.script.entry} is not in {path}",
+                          "check the entry file's name (relative to the folder) and the folder", field="script.entry")
+    scanned = scan(path)
+    return ScriptFolder(path, scanned, fingerprint(path, scanned[0]))
+
+
+def place_script(target: Target, cfg: RunConfig, folder: ScriptFolder, progress: Progress | None = None) -> None:
+    """Point ``cfg.script`` where the run on ``target`` finds the script, with the code's fingerprint: on This
+    computer the folder itself (the run works in it, as ``torchrun train.py`` there would: nothing is copied),
+    elsewhere the folder uploaded (the ignore rules and the size cap applied; what was skipped is logged).  A new
+    script object: the nodes of a multi-node run share the one they were copied from."""
     from ..targets.uploads import upload_script_dir
 
-    cfg.script = dataclasses.replace(cfg.script, dir=upload_script_dir(target, cfg.script.dir, progress=progress))
+    script = dataclasses.replace(cfg.script, fingerprint=folder.fingerprint)
+    if target.sees_local_files:
+        cfg.script = dataclasses.replace(script, dir=str(folder.path))
+        return
+    files, skipped = folder.scanned
+    if not any(f.rel == cfg.script.entry for f in files):
+        why = next((why for rel, why in skipped if rel == cfg.script.entry or
+                    (rel.endswith("/") and cfg.script.entry.startswith(rel))), "not uploaded")
+        raise TargetError(f"the script {cfg.script.entry} would not be uploaded to {target.name}: {why}",
+                          "change that rule, or add `!" + cfg.script.entry + "` to a .ddpguiignore in the folder",
+                          field="script.entry")
+    cfg.script = dataclasses.replace(script, dir=upload_script_dir(target, folder.path, progress=progress,
+                                                                   scanned=folder.scanned))
 
 
 def prepare(store: RunStore, pool: TargetPool, host: str, cfg: RunConfig, progress: Progress | None = None,
             check: Callable[[Target], None] | None = None) -> tuple[Target, dict]:
     """The steps of a launch before the run starts, each recorded as the row's launcher stage: connect and
-    deploy, ``check`` the request on the target, upload a script run's folder (``cfg.script`` then points
-    there), fingerprint the host.  Returns the target and the fingerprint; the caller records a failure."""
+    deploy, ``check`` the request on the target, read a script run's folder and put it where the run finds it
+    (:func:`place_script`: ``cfg.script`` then points there), fingerprint the host.  Returns the target and the
+    host's fingerprint; the caller records a failure."""
     target = pool.target(host, progress)
     if check is not None:
         check(target)
     if cfg.mode == "script":
-        store.update_run(cfg.run_id, environment=launcher(STAGE_UPLOADING))
-        upload_script(target, cfg, progress)
+        store.update_run(cfg.run_id, environment=launcher(STAGE_READING))
+        folder = read_script_folder(cfg)
+        if not target.sees_local_files:
+            store.update_run(cfg.run_id, environment=launcher(STAGE_UPLOADING))
+        place_script(target, cfg, folder, progress)
         store.update_run(cfg.run_id, config=cfg.to_dict())
     environment = pool.environment(host)
     store.update_run(cfg.run_id, environment=launcher(STAGE_STARTING))

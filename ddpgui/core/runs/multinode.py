@@ -179,6 +179,10 @@ def launch_nodes(pool: TargetPool, store: RunStore, profiles: HostStore, hosts: 
     cfg = dataclasses.replace(cfg, nnodes=1, node_rank=0, rdzv_endpoint=None)  # the per-node fields come below
     if checked is None or checked.hosts != list(hosts):
         checked = preflight(pool, profiles, hosts, cfg)
+    folder = None
+    if cfg.mode == "script":  # read once for all nodes; the run's settings keep the folder here and the fingerprint
+        folder = launches.read_script_folder(cfg)
+        cfg.script = dataclasses.replace(cfg.script, dir=str(folder.path), fingerprint=folder.fingerprint)
     configs = node_configs(cfg, [profiles.get(h) for h in hosts], checked.endpoint)
     fingerprints = [pool.environment(h) for h in hosts]
     # launcher: who launches it, so a launch whose app was closed mid-way is known abandoned (core/launches.py)
@@ -192,8 +196,8 @@ def launch_nodes(pool: TargetPool, store: RunStore, profiles: HostStore, hosts: 
     for i, (host, node_cfg) in enumerate(zip(hosts, configs)):
         try:
             target = pool.target(host, progress)
-            if node_cfg.mode == "script":
-                launches.upload_script(target, node_cfg, progress)
+            if folder is not None:  # This computer's node works in the folder itself, the others get it uploaded
+                launches.place_script(target, node_cfg, folder, progress)
             run_dirs[i] = target.launch(node_cfg).run_dir
         except Exception as exc:
             error = _node_error(i, host, "could not be launched", exc)

@@ -90,6 +90,9 @@ class Target(ABC):
 
     name: str
     python: str
+    #: Whether the host's files are this computer's (This computer): a script run then works in its own folder,
+    #: nothing uploaded.
+    sees_local_files: bool = False
 
     # ---- transport primitives ------------------------------------------------------------
     @abstractmethod

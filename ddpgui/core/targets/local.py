@@ -38,6 +38,8 @@ class _ProcessStream(Stream):
 class LocalTarget(Target):
     """Runs on this computer with ``python`` (default: the app's own interpreter)."""
 
+    sees_local_files = True
+
     def __init__(self, name: str = LOCAL_NAME, python: str | None = None, run_root: str | None = None):
         self.name = name
         self.python = python or sys.executable
