@@ -51,7 +51,8 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     """The run settings of ``launch`` (``sweep`` takes the same, each as a comma list)."""
     what = p.add_mutually_exclusive_group()
     what.add_argument("--workload", choices=WORKLOADS, default=None)
-    what.add_argument("--script", metavar="DIR", help="your own script's directory (uploaded with it)")
+    what.add_argument("--script", metavar="DIR", help="your own script's directory (run in place on local; "
+                      "uploaded to other hosts, less what its .gitignore/.ddpguiignore leave out)")
     p.add_argument("--entry", default="train.py", help="entry file inside --script DIR")
     p.add_argument("--metric-regex", default=None, help="regex with named groups step/loss/... for your script's output")
     p.add_argument("--mode", choices=("train", "inference"), default=None)

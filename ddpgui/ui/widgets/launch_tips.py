@@ -4,8 +4,8 @@ from __future__ import annotations
 #: attribute of the LaunchPanel → its tooltip
 TIPS = {
     "workload": "What to train: a built-in workload (synthetic data, nothing to download) or your own script",
-    "script_dir": "The folder with your training script; it is uploaded to the host (large and ignored files "
-                  "are skipped)",
+    "script_dir": "The folder with your training script; on This computer it runs there, to another host it is "
+                  "uploaded (files its .gitignore or .ddpguiignore leave out and large files are skipped)",
     "script_entry": "The script torchrun starts, relative to the folder",
     "script_args": "Arguments passed to your script, as on a command line",
     "metric_regex": "A regular expression that finds metrics in your script's output (named groups become "
