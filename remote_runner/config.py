@@ -67,8 +67,14 @@ class ScriptConfig:
     entry: str = "train.py"
     args: list[str] = field(default_factory=list)
     metric_regex: Optional[str] = None
+    #: The series that is the run's loss (e.g. "val_loss"); None: the first loss-like series the script gives.
+    loss_series: Optional[str] = None
+    #: What code ran: {"git_commit", "git_dirty" (sha256 of the uncommitted changes, or None), "content_sha256"}.
+    fingerprint: Optional[dict[str, Optional[str]]] = None
 
     def __post_init__(self) -> None:
+        if self.loss_series is not None and (not isinstance(self.loss_series, str) or not self.loss_series.strip()):
+            raise ConfigError("script.loss_series", "must name a series, got %r" % (self.loss_series,))
         if not self.entry or os.path.isabs(self.entry) or ".." in self.entry.split("/"):
             raise ConfigError("script.entry", "must be a relative path inside the script directory, got %r" % self.entry)
         if self.metric_regex is not None:

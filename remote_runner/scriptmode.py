@@ -1,19 +1,15 @@
-"""The user's own training script ("script" mode): its entry, and metrics from the lines it prints.
+"""The user's own training script ("script" mode): its entry.
 
 Each rank runs the script under :func:`run_script_and_exit` (``runner _script ENTRY ARGS``),
-as ``python ENTRY ARGS`` would, and leaves the way the built-in workloads do.  What a printed
-line holds is read by :mod:`remote_runner.scriptread.lines`.
+as ``python ENTRY ARGS`` would, and leaves the way the built-in workloads do.  Its metrics are read
+by the supervisor from what rank 0 prints and logs (:mod:`remote_runner.scriptread`).
 """
 import os
-import re
 import runpy
 import sys
-from re import Pattern
-from typing import Optional, Union
 
 from remote_runner.proctree import exit_without_finalizing
-from remote_runner.scriptread.lines import parse_metric_line
-from remote_runner.spools import SpoolWriter
+from remote_runner.scriptread.rank0 import attach_rank0
 
 #: The hidden runner command each rank of a script-mode run starts with: ``_script ENTRY ARGS...``.
 SCRIPT_COMMAND = "_script"
@@ -26,8 +22,10 @@ def run_script_and_exit(path: str, args: list[str]) -> None:
     script's own frames, through ``sys.excepthook``) and gives 1.  Whatever the script made
     stays referenced until the process is gone, so nothing (a DDP reducer, a gloo process
     group) is destroyed on the way out.  Imports nothing the script does not import itself:
-    it may set environment variables before it imports torch.
+    it may set environment variables before it imports torch.  Rank 0's output goes to the
+    supervisor's FIFOs (:func:`~remote_runner.scriptread.rank0.attach_rank0`).
     """
+    attach_rank0()
     sys.argv = [path] + list(args)
     sys.path[0] = os.path.dirname(os.path.realpath(path))
     kept = None  # the script's globals, or its exception (whose frames hold them): held, never read
@@ -59,41 +57,3 @@ def _script_frames(tb, path: str):
     while tb is not None and tb.tb_frame.f_code.co_filename != path:
         tb = tb.tb_next
     return tb
-
-
-class ScriptMetrics:
-    """Turns a script's stdout lines into records in the metrics spool at ``path``.
-
-    A line without a step gets the running count of metric lines as its step; ``world_size``,
-    when given, goes into every record as it does in the built-in workloads' records.
-    """
-
-    def __init__(self, path: str, metric_regex: Optional[Union[str, Pattern]] = None,
-                 world_size: Optional[int] = None):
-        self.regex = re.compile(metric_regex) if isinstance(metric_regex, str) else metric_regex
-        self.writer = SpoolWriter(path)
-        self.extra: dict[str, object] = {"phase": "script"}
-        if world_size is not None:
-            self.extra["world_size"] = world_size
-        self.count = 0
-
-    def feed(self, line: str) -> Optional[dict]:
-        """Parse one line; the record written (without seq and t), or None when it held no metric."""
-        record = parse_metric_line(line, self.regex)
-        if record is None:
-            return None
-        self.count += 1
-        if record.get("step") is None:
-            record["step"] = self.count
-        record.update(self.extra)
-        self.writer.write(record)
-        return record
-
-    def close(self) -> None:
-        self.writer.close()
-
-    def __enter__(self) -> "ScriptMetrics":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -79,10 +79,11 @@ class SpoolWriter:
         self._seq = last_seq(path) + 1
         self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
-    def write(self, record: dict) -> int:
-        """Append one record (``seq`` and ``t`` are added); returns its seq."""
+    def write(self, record: dict, t: Optional[float] = None) -> int:
+        """Append one record (``seq`` and ``t`` are added: ``t`` now, unless the value's own wall time is
+        given, as a TensorBoard event has it); returns its seq."""
         seq = self._seq
-        os.write(self._fd, _encode(dict(record, seq=seq, t=round(time.time(), 6))))
+        os.write(self._fd, _encode(dict(record, seq=seq, t=round(time.time() if t is None else t, 6))))
         self._seq = seq + 1
         return seq
 

@@ -132,6 +132,7 @@ class Supervisor:
         self.config: RunConfig = load_config(os.path.join(run_dir, CONFIG))
         self.proc: Optional[subprocess.Popen] = None
         self.stopping = threading.Event()
+        self.script_reading = None  # a script run's metric readers (scriptread.reading.ScriptReading)
 
     def torchrun_argv(self, port: int) -> list[str]:
         """torchrun for this node; ``port`` is the rendezvous port of a one-node run.
@@ -175,6 +176,8 @@ class Supervisor:
         finally:
             if sampler is not None:
                 sampler.stop()
+            if self.script_reading is not None:
+                self.script_reading.close()
             leftovers = proctree.run_processes(self.run_dir, [])
             leftovers = [p for p in proctree.descendants([os.getpid()]) if p != os.getpid()] + leftovers
             if leftovers:
@@ -214,32 +217,38 @@ class Supervisor:
     def _run_once(self, port: int) -> Optional[int]:
         cfg = self.config
         env = runner_env()
+        script_mode = cfg.mode == "script"
+        if script_mode:
+            from .scriptread.reading import ScriptReading
+
+            if self.script_reading is None:
+                self.script_reading = ScriptReading(self.run_dir, cfg)
+            self.script_reading.prepare(env)
         env.update(cfg.env)
-        cwd = cfg.script.dir if cfg.mode == "script" else self.run_dir
+        cwd = cfg.script.dir if script_mode else self.run_dir
         out = open(os.path.join(self.run_dir, STDOUT), "ab")
         err = open(os.path.join(self.run_dir, STDERR), "ab")
         # The diagnosis reads stderr after the last marker only, so an earlier attempt's port clash
         # is not mistaken for this attempt's failure.
         err.write(("%s (rendezvous port %d)\n" % (ATTEMPT_MARKER, port)).encode())
         err.flush()
-        script_mode = cfg.mode == "script"
         try:
             self.proc = subprocess.Popen(self.torchrun_argv(port), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE if script_mode else out, stderr=err)
         except OSError as exc:
             err.write(("could not start torchrun: %s\n" % exc).encode())
             _close_quietly(out, err)
+            if script_mode:
+                self.script_reading.attempt_failed()
             return 127
         write_status(self.run_dir, state="running", torchrun_pid=self.proc.pid, rdzv_port=port)
         if self.stopping.is_set():  # SIGTERM arrived while torchrun was being started
             self._stop_tree()
-        reader = None
         if script_mode:
-            reader = threading.Thread(target=self._pump_script_output, args=(self.proc.stdout, out), daemon=True)
-            reader.start()
+            self.script_reading.start(self.proc.stdout, out.fileno(), err.fileno())
         rc = self._wait_with_watchdog()
-        if reader is not None:
-            reader.join(timeout=5.0)
+        if script_mode:
+            self.script_reading.attempt_ended()
         _close_quietly(out, err)  # on a full disk their last bytes cannot be flushed: the outcome still can
         return rc
 
@@ -258,23 +267,6 @@ class Supervisor:
                              "%.0f s; ending the run" % self.config.rank_failure_timeout_s)
                 proctree.terminate(proctree.run_processes(self.run_dir, [self.proc.pid]), 2.0)
                 return self.proc.wait()
-
-    def _pump_script_output(self, pipe, log) -> None:
-        """Copy the user's script output to stdout.log and turn metric lines into records."""
-        from .scriptmode import ScriptMetrics
-
-        metrics = ScriptMetrics(os.path.join(self.run_dir, METRICS), self.config.script.metric_regex,
-                                world_size=self.config.world_size)
-        try:
-            for line in iter(pipe.readline, b""):
-                try:
-                    log.write(line)
-                    log.flush()
-                    metrics.feed(line.decode("utf-8", "replace"))
-                except OSError:  # a full disk: keep reading, or the script would block on a full pipe
-                    continue
-        finally:
-            metrics.close()
 
     def _on_sigterm(self, signum, frame) -> None:
         if self.stopping.is_set():

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_runner.scriptmode import SCRIPT_COMMAND, ScriptMetrics
+from remote_runner.scriptmode import SCRIPT_COMMAND
+from remote_runner.scriptread.output import OutputReader
+from remote_runner.scriptread.sink import MetricSink
+from remote_runner.spools import SpoolWriter
 from remote_runner.scriptread.lines import MAX_LINE, parse_metric_line
 
 
@@ -91,24 +94,32 @@ def test_user_regex_named_groups():
     assert parse_metric_line("step=10 loss=0.5", regex) is None
 
 
-def test_script_metrics_writes_records_and_counts_steps(tmp_path):
+def read_lines(spool, lines, regex=None, world_size=None):
+    """``lines`` as rank 0 prints them, through the supervisor's reader, into the metrics spool."""
+    writer = SpoolWriter(str(spool))
+    reader = OutputReader("stdout", MetricSink(writer, lambda *a, **k: None, world_size=world_size),
+                          re.compile(regex) if regex else None)
+    reader.feed("".join(line + "\n" for line in lines).encode())
+    reader.close()
+    writer.close()
+    return [json.loads(line) for line in spool.read_text().splitlines()] if spool.exists() else []
+
+
+def test_printed_lines_become_records_and_lines_without_a_step_are_counted(tmp_path):
     lines = ["starting", "loss 0.9", "Epoch 0 | train loss 0.8", "noise 12", "step 10 loss 0.7", "loss nan"]
-    spool = tmp_path / "metrics.jsonl"
-    with ScriptMetrics(str(spool), world_size=2) as metrics:
-        fed = [metrics.feed(line + "\n") for line in lines]  # as read from the pipe
-    records = [json.loads(line) for line in spool.read_text().splitlines()]
-    assert [r is not None for r in fed] == [False, True, True, False, True, True]
+    records = read_lines(tmp_path / "metrics.jsonl", lines, world_size=2)
     assert [r["seq"] for r in records] == [0, 1, 2, 3]
-    assert [r["step"] for r in records] == [1, 2, 10, 4]
+    assert [r["step"] for r in records] == [1, 2, 10, 10]
+    # "loss" is the run's loss; "train_loss" (a different name) keeps its own
     assert [r.get("loss") for r in records] == [0.9, None, 0.7, None]
     assert records[1]["train_loss"] == 0.8 and records[1]["epoch"] == 0
     assert all(r["phase"] == "script" and r["world_size"] == 2 and isinstance(r["t"], float) for r in records)
 
 
-def test_script_metrics_with_a_regex_string(tmp_path):
-    with ScriptMetrics(str(tmp_path / "metrics.jsonl"), r"batch (?P<step>\d+) cost (?P<loss>\S+)") as metrics:
-        assert metrics.feed("batch 3 cost 0.5") == {"step": 3, "loss": 0.5, "phase": "script"}
-        assert metrics.feed("step 4 loss 0.4") is None
+def test_a_metric_regex_reads_only_its_own_lines(tmp_path):
+    records = read_lines(tmp_path / "metrics.jsonl", ["batch 3 cost 0.5", "step 4 loss 0.4"],
+                         regex=r"batch (?P<step>\d+) cost (?P<loss>\S+)")
+    assert [(r["step"], r["loss"]) for r in records] == [(3, 0.5)]
 
 
 # --- the script entry each rank runs: real subprocesses ---------------------------------------------------------

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 
-from remote_runner.scriptmode import parse_metric_line
+from remote_runner.scriptread.lines import parse_metric_line
 from remote_runner.spools import EVENTS, FINAL_EVENTS, METRICS, STDOUT, TELEMETRY
 
 #: Intervals between metric records needed before the run's usual interval is known.

@@ -1,0 +1,137 @@
+"""One stream of rank 0's output (stdout or stderr) read for metrics: frames → progress bars or lines → the sink.
+
+A progress bar redraws many times per step (Lightning draws each batch's frame, then again once its postfix
+is set), so a bar's frame is held until the bar moves on: the *last* frame drawn at each ``n`` is the one
+that counts.  The step clock moves at once, though, so a line printed right after the frame (Transformers
+prints its log dict after its bar moved) gets that step.  A frame still held after ``HOLD_S`` is written
+(the bar stopped moving: the end of an epoch, a slow step), and written again if it is redrawn at the same
+``n`` with other values.  Rich draws a bar's values that do not fit on the line below it: those lines
+belong to the frame above them.  A frame at ``n = 0`` has done no step: it moves the clock (a new epoch's
+bar) but its values, the last epoch's, are not a step's.  A validation value stays in a bar's postfix until
+the next validation (Lightning shows ``val_loss`` at every step): such a value is written when it changes.
+"""
+import time
+from typing import Optional
+
+from .bars import BarFrame, continuation_values, parse_bar
+from .frames import FrameSplitter, Segment
+from .lines import is_summary, parse_metric_line
+from .sink import NOT_TRAINING, MetricSink
+
+#: Seconds a bar's last frame is held before it is written although the bar has not moved on.
+HOLD_S = 1.0
+
+
+class _Held:
+    __slots__ = ("frame", "step", "main", "since", "written")
+
+    def __init__(self, frame: BarFrame, step: int, main: bool, since: float):
+        self.frame, self.step, self.main, self.since, self.written = frame, step, main, since, False
+
+
+class OutputReader:
+    """Feed it the stream's bytes as they come (:meth:`feed`), :meth:`idle` when none came for a while,
+    :meth:`close` at the end."""
+
+    def __init__(self, stream: str, sink: MetricSink, regex=None, clock=time.monotonic):
+        self.stream = stream
+        self.sink = sink
+        self.regex = regex
+        self.clock = clock
+        self.splitter = FrameSplitter()
+        self.bar_frames = 0  # frames that held no value
+        self._held: dict[str, _Held] = {}
+        self._rich: Optional[str] = None  # the Rich bar whose wrapped values may follow
+        self._shown: dict = {}  # validation values last written from a bar, by key
+
+    @property
+    def lines(self) -> int:
+        return self.splitter.seen
+
+    def last_lines(self) -> list[str]:
+        return list(self.splitter.last)
+
+    def feed(self, data: bytes) -> None:
+        for segment in self.splitter.feed(data):
+            self._segment(segment)
+
+    def idle(self) -> None:
+        """Write bar frames held longer than HOLD_S."""
+        now = self.clock()
+        for held in self._held.values():
+            if not held.written and now - held.since >= HOLD_S:
+                self._write(held)
+
+    def close(self) -> None:
+        for segment in self.splitter.flush():
+            self._segment(segment)
+        for held in self._held.values():
+            if not held.written:
+                self._write(held)
+
+    def _segment(self, segment: Segment) -> None:
+        text = segment.text
+        if not text.strip():
+            return
+        frame = parse_bar(text, segment.up) if "/" in text else None
+        if frame is not None:
+            self._frame(frame)
+            return
+        if self._rich is not None:
+            values = continuation_values(text)
+            if values:
+                self._held[self._rich].frame.values.update(values)
+                return
+            self._rich = None
+        record = parse_metric_line(text, self.regex)
+        if record is None:
+            return
+        if is_summary(record):
+            self.sink.summary(self.stream, record)
+            return
+        step = record.pop("step", None)
+        self.sink.printed(self.stream, record, step=step if isinstance(step, int) else None)
+
+    def _frame(self, frame: BarFrame) -> None:
+        rich = frame.style == "rich"
+        nested = frame.nested and not rich  # Rich moves the cursor up to redraw itself, not to nest
+        identity = "%s:%s:%s" % (frame.style, "nested" if nested else "top", frame.desc)
+        main = not nested and frame.phase == "train"
+        held = self._held.get(identity)
+        if held is not None and not held.written and held.frame.n != frame.n:
+            self._write(held)
+        if held is not None and held.written and held.frame.n == frame.n and held.frame.values == frame.values:
+            return  # the same frame drawn again
+        step = self.sink.bar_step(identity, frame.n, main)
+        self._held[identity] = _Held(frame, step, main, self.clock())
+        self._rich = identity if rich else None
+
+    def _write(self, held: _Held) -> None:
+        held.written = True
+        frame = held.frame
+        values = {} if frame.n == 0 else self._changed(frame.values)
+        if not values:
+            self.bar_frames += 1
+            return
+        if frame.epoch is not None:
+            values.setdefault("epoch", frame.epoch)
+        extra = {}
+        if held.main:  # a validation bar's position and ETA are not the run's
+            if frame.n != held.step:
+                extra["printed_step"] = frame.n
+            if frame.total is not None:
+                extra["bar_total"] = frame.total
+            if frame.remaining_s is not None:
+                extra["eta_s"] = frame.remaining_s
+        self.sink.bar(self.stream, held.step, values, extra)
+
+    def _changed(self, values: dict) -> dict:
+        """The frame's values less the validation ones it shows unchanged since they were last written."""
+        out = {}
+        for key, value in values.items():
+            if key.lower().startswith(NOT_TRAINING):
+                if self._shown.get(key, object()) == value:
+                    continue
+                self._shown[key] = value
+            out[key] = value
+        return out

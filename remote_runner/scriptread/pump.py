@@ -1,0 +1,120 @@
+"""The supervisor's one thread over a script run's output pipes: copied to the logs, rank 0's read for metrics.
+
+Three pipes: torchrun's stdout (torchrun and every rank but rank 0), and rank 0's stdout and stderr FIFOs
+(:mod:`.rank0`).  One thread reads whichever is ready (``select``), so the three never interleave inside a
+line of stdout.log: each pipe's bytes are written up to its last line end, the rest held until that line
+is complete (or the pipe ends).  When rank 0's stderr and stdout are both ready, stderr is read first: a
+progress bar (stderr) that moved before a line was printed (stdout) gives that line its step.  A full disk
+does not stop the reading (the script would block on a full pipe): the logs lose bytes, the metrics don't.
+"""
+import os
+import select
+import threading
+from typing import Optional
+
+#: Bytes read from a pipe at once.
+CHUNK = 1 << 16
+#: A log line longer than this is written in pieces rather than held.
+HOLD_MAX = 1 << 16
+#: Seconds of quiet after which held progress-bar frames are written (see output.OutputReader.idle).
+IDLE_S = 0.25
+
+
+class _LogCopy:
+    """Copies one pipe's bytes to a log file descriptor, whole lines at a time."""
+
+    def __init__(self, log_fd: int):
+        self.log_fd = log_fd
+        self.rest = b""
+
+    def write(self, data: bytes) -> None:
+        data = self.rest + data
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if cut == 0 and len(data) <= HOLD_MAX:
+            self.rest = data
+            return
+        if cut == 0:
+            cut = len(data)
+        self.rest = data[cut:]
+        self._out(data[:cut])
+
+    def flush(self) -> None:
+        rest, self.rest = self.rest, b""
+        self._out(rest)
+
+    def _out(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self.log_fd, data):]
+            except OSError:  # a full disk: these bytes are lost to the log, the run goes on
+                return
+
+
+class OutputPump:
+    """``pipes``: read fd → (log fd, OutputReader or None); ``first``: fds read first when several are ready."""
+
+    def __init__(self, pipes: dict[int, tuple], first: list[int] = ()):
+        self._pipes = {fd: (_LogCopy(log_fd), reader) for fd, (log_fd, reader) in pipes.items()}
+        self._order = list(first) + [fd for fd in pipes if fd not in first]
+        self._open = set(pipes)
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="script-output", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait until every pipe has ended (or ``timeout``: a process the run left behind holds one), then
+        stop reading, write what is held and end the readers."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._stopped.set()
+        with self._lock:
+            for fd, (log, reader) in self._pipes.items():
+                log.flush()
+                if reader is not None:
+                    reader.close()
+                if fd in self._open:
+                    self._open.discard(fd)
+                    os.close(fd)
+
+    def _loop(self) -> None:
+        while self._open and not self._stopped.is_set():
+            try:
+                ready, _, _ = select.select(list(self._open), [], [], IDLE_S)
+            except (OSError, ValueError):  # a descriptor closed under us by join()
+                return
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                if not ready:
+                    for _, reader in self._pipes.values():
+                        if reader is not None:
+                            reader.idle()
+                    continue
+                for fd in self._order:
+                    if fd in ready:
+                        self._read(fd)
+
+    def _read(self, fd: int) -> None:
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        log, reader = self._pipes[fd]
+        if not data:
+            self._open.discard(fd)
+            os.close(fd)
+            log.flush()
+            return
+        log.write(data)
+        if reader is not None:
+            try:
+                reader.feed(data)
+            except Exception as exc:  # a reader's bug must not stop the copying (or block the script)
+                self._pipes[fd] = (log, None)
+                reader.sink.event("warning", message="reading the script's output for metrics failed: %r" % exc)

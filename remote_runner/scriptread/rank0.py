@@ -1,0 +1,87 @@
+"""Rank 0's output, apart from the other ranks': what the supervisor reads a script's metrics from.
+
+Before a script-mode run starts, the supervisor makes two FIFOs in the run directory and sets
+``DDPGUI_SCRIPT_OUTPUT`` to that directory in torchrun's environment.  Each rank's entry calls
+:func:`attach_rank0`: global rank 0 points its stdout and stderr (file descriptors 1 and 2, so what its
+C++ side and its forked DataLoader workers print too) at the FIFOs and notes the log files it writes
+(:func:`.files.note_written_files`); every other rank prints to torchrun's output as before.  The
+supervisor copies what comes through the FIFOs to stdout.log and stderr.log and reads it for metrics.
+"""
+import fcntl
+import os
+import stat
+from typing import Optional
+
+#: The environment variable that tells a rank where its run directory's FIFOs are.
+OUTPUT_ENV = "DDPGUI_SCRIPT_OUTPUT"
+#: The FIFOs' names in the run directory.
+STDOUT_FIFO, STDERR_FIFO = "rank0.stdout.fifo", "rank0.stderr.fifo"
+#: Room in each FIFO (Linux ``F_SETPIPE_SZ``; an unprivileged process may ask up to 1 MiB): a script that
+#: prints in bursts goes on while the supervisor catches up.
+PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def make_fifos(run_dir: str) -> tuple[str, str]:
+    """Create (again) the two FIFOs, mode 0600; returns their paths."""
+    paths = []
+    for name in (STDOUT_FIFO, STDERR_FIFO):
+        path = os.path.join(run_dir, name)
+        try:
+            if not stat.S_ISFIFO(os.lstat(path).st_mode):
+                os.unlink(path)
+                os.mkfifo(path, 0o600)
+        except FileNotFoundError:
+            os.mkfifo(path, 0o600)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def remove_fifos(run_dir: str) -> None:
+    for name in (STDOUT_FIFO, STDERR_FIFO):
+        try:
+            os.unlink(os.path.join(run_dir, name))
+        except OSError:
+            pass
+
+
+def open_reader(path: str) -> tuple[int, int]:
+    """The supervisor's ends of a FIFO: (read fd, a write fd it holds so the reader sees no end of file
+    before rank 0 has opened it, or between two attempts).  Both non-blocking; close the write fd once
+    torchrun has ended, then read to the end."""
+    read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    hold_fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(read_fd, _F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:  # not Linux, or a lower limit: the default size works, with less slack
+        pass
+    return read_fd, hold_fd
+
+
+def attach_rank0(environ: Optional[dict] = None) -> bool:
+    """In a rank's process, before the script runs: rank 0 of a script-mode run writes to the FIFOs.
+
+    Returns whether it did.  Anything that fails leaves the outputs as they were (torchrun's): the run goes
+    on, its metrics then unread rather than the script broken.
+    """
+    environ = os.environ if environ is None else environ
+    run_dir = environ.pop(OUTPUT_ENV, None)
+    if not run_dir or environ.get("RANK", "0") != "0":
+        return False
+    try:
+        fds = [os.open(os.path.join(run_dir, name), os.O_WRONLY | os.O_NONBLOCK)
+               for name in (STDOUT_FIFO, STDERR_FIFO)]
+    except OSError:
+        return False
+    for target, fd in zip((1, 2), fds):
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)  # the script's writes wait, as on a pipe
+        os.dup2(fd, target)
+        os.close(fd)
+    from .files import note_written_files
+
+    try:
+        note_written_files(run_dir)
+    except OSError:
+        pass
+    return True
