@@ -17,7 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpgui.core.runs.protocol import Chunk
-from ddpgui.core.store import RunNotFound, RunStore, StoreCorruptError, StoreGapError, StoreVersionError, ingest, schema
+from ddpgui.core.store import (
+    RunNotFound,
+    RunStore,
+    StoreCorruptError,
+    StoreGapError,
+    StoreVersionError,
+    ingest,
+    run_store,
+    schema,
+)
 from ddpgui.core.store.ingest import COMPACT_AFTER
 
 METRICS, TELEMETRY, EVENTS = "metrics.jsonl", "telemetry.jsonl", "events.jsonl"
@@ -392,14 +401,18 @@ def test_a_v1_file_is_migrated_with_its_data(tmp_path, monkeypatch):
     data = spool_bytes([metric(i) for i in range(10)])
     migrations = schema.MIGRATIONS
     monkeypatch.setattr(schema, "MIGRATIONS", migrations[:1])
+    loss_choice = run_store.loss_choice
+    monkeypatch.setattr(run_store, "loss_choice", lambda conn, run_id: None)  # a v1 ddpgui had no loss choice
     with RunStore(path) as s:
         assert s.schema_version == 1
-        s.create_run("r1", name="old run", tags=["x"])
+        s._conn().execute("INSERT INTO runs (id, name, tags, created_at, updated_at) "  # as a v1 ddpgui wrote it
+                          "VALUES ('r1', 'old run', '[\"x\"]', 0, 0)")
         s.store_chunk("r1", 0, Chunk(METRICS, 0, len(data), data))
 
     def v2(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT ''")
 
+    monkeypatch.setattr(run_store, "loss_choice", loss_choice)
     monkeypatch.setattr(schema, "MIGRATIONS", [*migrations, v2])
     with RunStore(path) as s:
         assert s.schema_version == len(migrations) + 1

@@ -50,7 +50,8 @@ def test_a_v1_store_gets_the_sweep_tables_and_keeps_its_runs(tmp_path, monkeypat
     monkeypatch.setattr(store_module, "MIGRATIONS", migrations[:1])
     with RunStore(path) as old:
         assert old.schema_version == 1
-        old.create_run("r1", name="before sweeps", config={"workload": "mlp"})
+        old._conn().execute("INSERT INTO runs (id, name, config, created_at, updated_at) "  # as a v1 ddpgui wrote it
+                            "VALUES ('r1', 'before sweeps', '{\"workload\": \"mlp\"}', 0, 0)")
     tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "sweeps" not in tables
     monkeypatch.setattr(store_module, "MIGRATIONS", migrations)

@@ -37,7 +37,8 @@ def bundle_of(store: RunStore, run_ids: Sequence[str]) -> dict:
         run = store.get_run(run_id)
         nodes = {}
         for node in run.nodes:
-            spools = {spool: store.records(run_id, spool, node) for spool in (METRICS, TELEMETRY, EVENTS)}
+            spools = {spool: store.records(run_id, spool, node, as_stored=True)  # its loss choice travels too
+                      for spool in (METRICS, TELEMETRY, EVENTS)}
             spools.update({spool: base64.b64encode(store.log_tail(run_id, spool, node)).decode("ascii")
                            for spool in LOG_SPOOLS})
             nodes[str(node)] = spools
@@ -90,7 +91,7 @@ def _chunks(spools: dict) -> list[Chunk]:
 
 #: Run fields set after the records are in (a final state compacts the blocks once, at the end).
 _LATER = ("state", "message", "hint", "failure", "failed_rank", "exit_code", "started_at", "ended_at", "summary",
-          "last_step", "corrupt_lines")
+          "last_step", "corrupt_lines", "loss_series")
 
 
 def import_bundle(store: RunStore, path: str | Path) -> list[RunRecord]:

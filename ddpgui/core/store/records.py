@@ -99,6 +99,7 @@ class RunRecord:
     last_step: int | None = None
     corrupt_lines: int = 0
     updated_at: float = 0.0
+    loss_series: str | None = None  # the stored series read as the loss (None: the host's choice)
 
     @property
     def active(self) -> bool:

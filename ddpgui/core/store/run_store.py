@@ -28,6 +28,7 @@ from ..paths import data_dir
 from ..runs.protocol import Chunk
 from . import ingest, schema
 from .blocks import decode_block, records_of, series_of
+from .loss import loss_choice
 from .records import (
     CELL_COLUMNS,
     CLIENT_SEQ,
@@ -327,7 +328,11 @@ class RunStore:
         the run's state is final.
         """
         with self._write() as conn:
-            return ingest.store_chunks(conn, run_id, node, chunks, self.log_tail_bytes)
+            result = ingest.store_chunks(conn, run_id, node, chunks, self.log_tail_bytes)
+            choice = loss_choice(conn, run_id) if node == 0 and result.new.get(METRICS) else None
+        if choice is not None:  # the records as every reader sees them (the loss the user chose)
+            result.new[METRICS] = [choice.record(r) for r in result.new[METRICS]]
+        return result
 
     # -- compaction -------------------------------------------------------------------------------
 
@@ -362,36 +367,49 @@ class RunStore:
     _BLOCKS_WHERE = "FROM blocks WHERE run_id = ? AND spool = ? AND node = ? AND last_seq > ?"
 
     def series(self, run_id: str, spool: str = METRICS, node: int = 0, keys: Iterable[str] | None = None,
-               after_seq: int = -1) -> dict[str, np.ndarray]:
+               after_seq: int = -1, as_stored: bool = False) -> dict[str, np.ndarray]:
         """Key → array over the spool's records in seq order (row i of every array is one record).
 
         Numeric keys (``seq``, ``t``, ``step`` included) are float64 with NaN where
         a record lacks the key or holds null; bools are 0/1.  String keys are object
         arrays (None where absent).  ``keys`` limits the columns; ``after_seq`` the
-        rows, for loading only what is new.
+        rows, for loading only what is new.  Metrics are read with the loss the user
+        chose (:mod:`.loss`) unless ``as_stored``.
         """
         wanted = None if keys is None else list(dict.fromkeys(keys))
-        load = wanted if wanted is None or after_seq < 0 or "seq" in wanted else wanted + ["seq"]
         where = (run_id, spool, node, after_seq)
         with self._snapshot() as conn:
+            choice = None if as_stored or spool != METRICS or node != 0 else loss_choice(conn, run_id)
+            stored = wanted if choice is None or wanted is None else [choice.stored_name(k) for k in wanted]
+            load = stored if stored is None or after_seq < 0 or "seq" in stored else stored + ["seq"]
             total = conn.execute("SELECT coalesce(sum(n), 0) " + self._BLOCKS_WHERE, where).fetchone()[0]
             rows = conn.execute("SELECT payload " + self._BLOCKS_WHERE + " ORDER BY first_seq", where)
             out = series_of((decode_block(p) for (p,) in rows), total, load)
         if after_seq >= 0 and total:  # the first block may hold older records too
             skip = int(np.searchsorted(out["seq"], after_seq, side="right"))
             out = {k: v[skip:] for k, v in out.items()}
-        return out if wanted is None else {k: out[k] for k in wanted}
+        if choice is None:
+            return out if wanted is None else {k: out[k] for k in wanted}
+        out = choice.columns(out)
+        rows = len(next(iter(out.values()))) if out else 0
+        return out if wanted is None else {k: out[k] if k in out else np.full(rows, np.nan) for k in wanted}
 
-    def records(self, run_id: str, spool: str = METRICS, node: int = 0, after_seq: int = -1) -> list[dict]:
-        """The spool's stored records as the host wrote them (ints stay ints, absent keys stay absent)."""
+    def records(self, run_id: str, spool: str = METRICS, node: int = 0, after_seq: int = -1,
+                as_stored: bool = False) -> list[dict]:
+        """The spool's stored records as the host wrote them (ints stay ints, absent keys stay absent); metrics
+        with the loss the user chose (:mod:`.loss`) unless ``as_stored``."""
+        conn = self._conn()
         if spool == EVENTS:
-            rows = self._conn().execute("SELECT record FROM events WHERE run_id = ? AND node = ? AND source = 'host' "
-                                        "AND seq > ? ORDER BY seq", (run_id, node, after_seq))
+            rows = conn.execute("SELECT record FROM events WHERE run_id = ? AND node = ? AND source = 'host' "
+                                "AND seq > ? ORDER BY seq", (run_id, node, after_seq))
             return [json.loads(r) for (r,) in rows]
-        rows = self._conn().execute("SELECT payload " + self._BLOCKS_WHERE + " ORDER BY first_seq",
-                                    (run_id, spool, node, after_seq))
+        choice = None if as_stored or spool != METRICS or node != 0 else loss_choice(conn, run_id)
+        rows = conn.execute("SELECT payload " + self._BLOCKS_WHERE + " ORDER BY first_seq",
+                            (run_id, spool, node, after_seq))
         out = [r for (payload,) in rows for r in records_of(*decode_block(payload))]
-        return [r for r in out if r["seq"] > after_seq] if after_seq >= 0 else out
+        if after_seq >= 0:
+            out = [r for r in out if r["seq"] > after_seq]
+        return out if choice is None else [choice.record(r) for r in out]
 
     def add_client_event(self, run_id: str, node: int, record: dict) -> dict:
         """Record an event ddpgui itself observed (``"source": "client"``, seq CLIENT_SEQ)."""

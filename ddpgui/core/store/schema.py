@@ -106,8 +106,13 @@ def _v2(conn: sqlite3.Connection) -> None:
         PRIMARY KEY (sweep_id, "index")) WITHOUT ROWID""")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    """The series the user chose as a run's loss after the fact (NULL: the one the host chose; see .loss)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN loss_series TEXT")
+
+
 #: Migration i brings a store from schema version i to i + 1.  Append, never edit or reorder.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
 
 #: The tables holding what runs wrote (each has a ``run_id`` column).
 DATA_TABLES = ("blocks", "events", "logs", "offsets")
