@@ -115,8 +115,8 @@ def run_stats(store: RunStore, run_id: str, price_per_hour: float | None = None,
     metrics = store.series(run_id, METRICS, keys=["step", "t", "phase", "loss", "samples_per_s", "mem_peak_gib",
                                                    "warmup"])
     phase = metrics["phase"]
-    if phase.dtype == object:  # a script's records have no phase: all of them are training
-        train = (phase == "train") | (phase == None)  # noqa: E711 (elementwise on an object array)
+    if phase.dtype == object:  # a script's records are all training ones (phase "script", or none before)
+        train = (phase == "train") | (phase == "script") | (phase == None)  # noqa: E711 (elementwise on an object array)
         metrics = {k: v[train] for k, v in metrics.items()}
     events = [e for e in store.events(run_id) if e.get("source") != "client"]
     step, t = metrics["step"], metrics["t"]
