@@ -50,7 +50,7 @@ def test_compare_writes_every_format(app_data, tmp_path, capsys):
     captured = capsys.readouterr()
     printed = captured.out.split()
     names = {f"{f}.{e}" for f in ("loss", "throughput", "memory", "speedup", "scaling") for e in ("pdf", "svg", "png")}
-    names |= {"points.csv", "telemetry.csv", "curves.csv", "summary.csv", "summary.tex", "runs.json"}
+    names |= {"points.csv", "telemetry.csv", "series.csv", "curves.csv", "summary.csv", "summary.tex", "runs.json"}
     assert {p.rsplit("/", 1)[-1] for p in printed} == names and all(p.startswith(str(out)) for p in printed)
     assert "1× (baseline)" in captured.err and "2×" in captured.err
 

@@ -53,7 +53,7 @@ def comparison(store):
 
 def test_points_csv_rows_equal_the_store(store, comparison, tmp_path):
     written = export.write_data(comparison, store, tmp_path, ["csv"])
-    assert [p.name for p in written.paths] == ["points.csv", "telemetry.csv", "summary.csv"]
+    assert [p.name for p in written.paths] == ["points.csv", "telemetry.csv", "series.csv", "summary.csv"]
     with open(tmp_path / "points.csv", newline="") as fh:
         rows = [(r["run"], r["step"], r["metric"], float(r["value"])) for r in csv.DictReader(fh)]
     expected = []

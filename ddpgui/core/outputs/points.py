@@ -1,4 +1,5 @@
-"""The tidy points CSV of stored runs: one row per logged value (points.csv), telemetry in its own (telemetry.csv)."""
+"""The tidy points CSV of stored runs: one row per logged value (points.csv), telemetry in its own (telemetry.csv),
+where each series came from in a third (series.csv)."""
 from __future__ import annotations
 
 import csv
@@ -9,11 +10,12 @@ import numpy as np
 
 from remote_runner.spools import TELEMETRY
 
+from ..runs.series import series_info
 from ..store import RunStore
 
 #: Keys of a record that identify it rather than measure something.
 ID_KEYS = {"seq", "t", "step", "epoch", "phase", "precision", "kind", "gpu", "name", "warmup", "world_size",
-           "global_batch"}
+           "global_batch", "bar_total", "eta_s"}
 
 
 def _points(series: dict[str, np.ndarray]):
@@ -34,7 +36,8 @@ def _cell(column: np.ndarray | None, i: int) -> object:
 
 
 def write_points_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list[Path]:
-    """``points.csv`` (run, step, time, wall_time, metric, value) and ``telemetry.csv`` per sample and GPU.
+    """``points.csv`` (run, step, time, wall_time, metric, value), ``telemetry.csv`` per sample and GPU, and
+    ``series.csv`` (:func:`write_series_csv`).
 
     ``time`` is seconds since the run's first record, ``wall_time`` Unix seconds. Missing values are not
     written (tidy data has no empty cells).
@@ -60,4 +63,20 @@ def write_points_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list
                     gpu = "" if gpus is None or math.isnan(gpus[i]) else int(gpus[i])
                     tw.writerow([run_id, node, elapsed, f"{tel['t'][i]:.3f}", _cell(tel.get("kind"), i), gpu,
                                  key, value])
-    return [points, telemetry]
+    return [points, telemetry, write_series_csv(store, run_ids, out_dir)]
+
+
+def write_series_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> Path:
+    """``series.csv``: per run and series (``metric`` as in points.csv; ``loss`` is the run's loss) where it came
+    from (``source``: "progress bar (stderr)", "TensorBoard tag train/loss"), the name the script gave it
+    (``from``), the other sources that gave it too (``also``), its log file (``file``) and its ``points``."""
+    path = out_dir / "series.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["run", "metric", "source", "from", "also", "file", "points"])
+        for run_id in run_ids:
+            for info in series_info(store, run_id):
+                if info.name not in ID_KEYS:
+                    writer.writerow([run_id, info.name, info.source, info.from_ or "", "; ".join(info.also),
+                                     info.file or "", info.points])
+    return path

@@ -74,6 +74,7 @@ class LiveRun:
     util_sum: float = 0.0  # GPU utilization samples after warm-up, for the input-pipeline hint
     util_n: int = 0
     compile_started_t: float | None = None  # host time of compile_start; None once compile_end came
+    bar: tuple[int, int, float | None] | None = None  # a script's progress bar: (n, total, seconds left or None)
     #: Recent training intervals' ends: (host t, step, global batch or None, samples/s or None), past warm-up
     #: (the last warm-up record kept as the start of the first steady interval).
     recent: deque = field(default_factory=lambda: deque(maxlen=4096))
@@ -102,6 +103,8 @@ class LiveRun:
         for key in ("loss", "samples_per_s", "tokens_per_s", "mem_peak_gib"):
             if rec.get(key) is not None:
                 setattr(self, key, rec[key])
+        if rec.get("bar_total") is not None:  # the bar's own position and ETA, as it drew them
+            self.bar = (rec.get("printed_step", self.step), rec["bar_total"], rec.get("eta_s"))
         if rec.get("phase") != "inference" and rec.get("t") is not None and rec.get("step") is not None:
             self.add_interval(rec["t"], rec["step"], rec.get("global_batch"), rec.get("samples_per_s"),
                               bool(rec.get("warmup")))
@@ -280,6 +283,7 @@ class RunSummary:
     inference: list[dict] = field(default_factory=list)
     message: str = ""
     hint: str = ""
+    no_metrics: dict | None = None  # the host's report on a script that gave no metric at all
 
 
 def _last(values: np.ndarray) -> float | None:
@@ -334,7 +338,7 @@ def run_summary(store, run_id: str) -> RunSummary:
         steady_tokens_per_s=summary.get("steady_tokens_per_s"), mem_peak_gib=summary.get("mem_peak_gib"),
         compile_s=compile_s,
         inference=[e for e in events if e.get("event") in ("inference_summary", "inference_unsupported")],
-        message=run.message, hint=run.hint)
+        message=run.message, hint=run.hint, no_metrics=next((e for e in events if e.get("event") == "no_metrics"), None))
 
 
 def summary_lines(summary: RunSummary) -> list[str]:
@@ -361,6 +365,10 @@ def summary_lines(summary: RunSummary) -> list[str]:
         lines.append(f"  error: {summary.message}")
         if summary.hint:
             lines.append(f"  hint:  {summary.hint}")
+    if summary.no_metrics:
+        lines.append(f"  no metrics: {summary.no_metrics.get('message', '')}")
+        lines += [f"    | {line}" for line in (summary.no_metrics.get("last_lines") or [])[-5:]]
+        lines.append(f"  hint:  {summary.no_metrics.get('hint', '')}")
     return lines
 
 
@@ -408,10 +416,12 @@ def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | N
         return sep.join([f"compiling · {format_duration(live.compile_elapsed_s(now))}",
                          f"elapsed {format_duration(live.elapsed_at(now))}"])
     total = f"/{live.total_steps}" if live.total_steps else ""
-    parts = [f"step {live.step}{total}", f"loss {format_number(live.loss)}",
+    parts = [f"step {live.step}{total}", *_bar_parts(live, active)[:1], f"loss {format_number(live.loss)}",
              f"elapsed {format_duration(live.elapsed_at(now))}"]
     if live.length_known:  # a script's length is unknown unless given: no ETA from a made-up total
         parts.append(f"ETA {format_duration(live.eta_s) if active else '–'}")
+    else:  # the ETA its progress bar drew, if it has one
+        parts += _bar_parts(live, active)[1:]
     window_steps, window_samples = live.window_rates if active else (None, None)
     steps_per_s = window_steps if window_steps is not None else live.steps_per_s
     parts.append(f"{format_number(steps_per_s)} steps/s" if steps_per_s else "– steps/s")
@@ -444,7 +454,7 @@ def progress_line(live: LiveRun, width: int = 20) -> str:
         rate = format_rate(live.steps_per_s, "steps/s")
     else:
         rate = format_rate(live.samples_per_s, "samples/s")
-    parts = [f"{bar}step {live.step}{total}", f"loss {loss}", rate]
+    parts = [f"{bar}step {live.step}{total}", *_bar_parts(live)[:1], f"loss {loss}", rate]
     if live.tokens_per_s is not None:
         parts.append(format_rate(live.tokens_per_s, "tok/s"))
     if live.gpus:
@@ -456,5 +466,15 @@ def progress_line(live: LiveRun, width: int = 20) -> str:
     if live.length_known:
         parts.append(f"ETA {format_duration(live.eta_s)}")
     else:
-        parts.append(f"elapsed {format_duration(live.elapsed_s)}")
+        parts += [f"elapsed {format_duration(live.elapsed_s)}", *_bar_parts(live)[1:]]
     return "  ".join(parts)
+
+
+def _bar_parts(live: LiveRun, active: bool = True) -> list[str]:
+    """A script's progress bar as it drew itself: ``["bar 20/50", "ETA 00:12"]`` (no ETA when it drew none, or
+    once the run has ended); [] without a bar that knows its total."""
+    if live.bar is None:
+        return []
+    n, total, eta_s = (float(v) if v is not None else None for v in live.bar)
+    count = "{:.0f}/{:.0f}" if n.is_integer() and total.is_integer() else "{:.1f}/{:.1f}"
+    return ["bar " + count.format(n, total)] + ([f"ETA {format_duration(eta_s)}"] if eta_s is not None and active else [])
