@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import adopt, compare, gpus, hosts, runs, sweeps
+from . import adopt, compare, gpus, hosts, runs, sweeps, tensorboard
 from .common import execute
 from .process import run_command
 
@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddpgui", description="Launch, watch and compare PyTorch DDP experiments.")
     parser.add_argument("--version", action="version", version=f"ddpgui {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for commands in (runs, hosts, compare, sweeps, adopt, gpus):
+    for commands in (runs, hosts, compare, sweeps, adopt, gpus, tensorboard):
         commands.register(sub)
     return parser
 

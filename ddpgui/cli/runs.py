@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -196,9 +197,16 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..core.outputs.points import write_points_csv
+    from ..core.outputs.tensorboard import export_tensorboard
 
     with RunStore() as store:
         runs = [find_run(store, text) for text in args.runs]
+        if args.format == "tensorboard":
+            written = export_tensorboard(store, [r.id for r in runs], Path(args.out))
+            for folder, scalars in written.items():
+                print(f"{folder}  ({scalars} values)")
+            print(f"open it with: tensorboard --logdir {shlex.quote(args.out)}")
+            return EXIT_OK
         paths = write_points_csv(store, [r.id for r in runs], Path(args.out))
     for path in paths:
         print(path)
@@ -255,8 +263,9 @@ def _add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--follow", action="store_true")
     p.add_argument("--accept-new-host-key", action="store_true")
     p.set_defaults(func=cmd_rerun)
-    p = sub.add_parser("export", help="export runs' points as tidy CSV")
+    p = sub.add_parser("export", help="export runs' points as tidy CSV, or as a TensorBoard log folder")
     p.add_argument("runs", nargs="+")
-    p.add_argument("--format", choices=("csv",), default="csv")
+    p.add_argument("--format", choices=("csv", "tensorboard"), default="csv",
+                   help="tensorboard: one subfolder per run, every series at its step and wall time")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=cmd_export)
