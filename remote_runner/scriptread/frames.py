@@ -11,7 +11,7 @@ longer than ``max_frame`` is dropped as it streams past, never held in memory wh
 """
 import re
 from collections import deque
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 #: A longer segment is no metric line (and is not kept in memory): counted in ``long_skipped``.
 MAX_FRAME = 64 * 1024
@@ -75,6 +75,13 @@ class FrameSplitter:
         self._hold()
         self._remember([head] + pieces[max(1, len(pieces) - 6):-1])
         return out
+
+    def peek(self) -> Optional[Segment]:
+        """The segment being written, not ended yet (a progress bar's frame ends only when the next one
+        starts with its ``\r``), or None; it stays held, and is returned again once it ends."""
+        if self._dropping or not self._rest or _NUMBER.search(self._rest) is None:
+            return None
+        return clean(self._rest)
 
     def flush(self) -> list[Segment]:
         """The unterminated rest (the end of the output)."""

@@ -6,8 +6,8 @@ that counts.  The step clock moves at once, though, so a line printed right afte
 prints its log dict after its bar moved) gets that step.  A frame still held after ``HOLD_S`` is written
 (the bar stopped moving: the end of an epoch, a slow step), and written again if it is redrawn at the same
 ``n`` with other values.  Rich draws a bar's values that do not fit on the line below it: those lines
-belong to the frame above them.  A frame at ``n = 0`` has done no step: it moves the clock (a new epoch's
-bar) but its values, the last epoch's, are not a step's.  A validation value stays in a bar's postfix until
+belong to the frame above them.  A new epoch's bar first drawn at ``n = 0`` with the values the last one
+ended with (Lightning's) is not a step of its own: it moves the clock only.  A validation value stays in a bar's postfix until
 the next validation (Lightning shows ``val_loss`` at every step): such a value is written when it changes.
 """
 import time
@@ -23,10 +23,11 @@ HOLD_S = 1.0
 
 
 class _Held:
-    __slots__ = ("frame", "step", "main", "since", "written")
+    __slots__ = ("frame", "step", "main", "since", "written", "identity")
 
-    def __init__(self, frame: BarFrame, step: int, main: bool, since: float):
+    def __init__(self, frame: BarFrame, step: int, main: bool, since: float, identity: str):
         self.frame, self.step, self.main, self.since, self.written = frame, step, main, since, False
+        self.identity = identity
 
 
 class OutputReader:
@@ -43,6 +44,7 @@ class OutputReader:
         self._held: dict[str, _Held] = {}
         self._rich: Optional[str] = None  # the Rich bar whose wrapped values may follow
         self._shown: dict = {}  # validation values last written from a bar, by key
+        self._last: dict = {}  # bar identity → the values its last written frame had
 
     @property
     def lines(self) -> int:
@@ -56,7 +58,11 @@ class OutputReader:
             self._segment(segment)
 
     def idle(self) -> None:
-        """Write bar frames held longer than HOLD_S."""
+        """Nothing came for a while: read the frame being drawn (a bar's frame is ended only by the next
+        one's ``\r``), then write bar frames held longer than HOLD_S."""
+        segment = self.splitter.peek()
+        if segment is not None:
+            self._segment(segment, partial=True)
         now = self.clock()
         for held in self._held.values():
             if not held.written and now - held.since >= HOLD_S:
@@ -69,7 +75,8 @@ class OutputReader:
             if not held.written:
                 self._write(held)
 
-    def _segment(self, segment: Segment) -> None:
+    def _segment(self, segment: Segment, partial: bool = False) -> None:
+        """One frame; ``partial``: the frame being drawn (read as a bar or a bar's wrapped values only)."""
         text = segment.text
         if not text.strip():
             return
@@ -82,7 +89,11 @@ class OutputReader:
             if values:
                 self._held[self._rich].frame.values.update(values)
                 return
+            if partial:
+                return
             self._rich = None
+        if partial:
+            return
         record = parse_metric_line(text, self.regex)
         if record is None:
             return
@@ -100,16 +111,19 @@ class OutputReader:
         held = self._held.get(identity)
         if held is not None and not held.written and held.frame.n != frame.n:
             self._write(held)
-        if held is not None and held.written and held.frame.n == frame.n and held.frame.values == frame.values:
-            return  # the same frame drawn again
+        if held is not None and held.frame.n == frame.n and held.frame.values == frame.values:
+            return  # the same frame drawn (or read) again
         step = self.sink.bar_step(identity, frame.n, main)
-        self._held[identity] = _Held(frame, step, main, self.clock())
+        self._held[identity] = _Held(frame, step, main, self.clock(), identity)
         self._rich = identity if rich else None
 
     def _write(self, held: _Held) -> None:
         held.written = True
         frame = held.frame
-        values = {} if frame.n == 0 else self._changed(frame.values)
+        if frame.n == 0 and frame.values and frame.values == self._last.get(held.identity):
+            return  # the last epoch's values on the next epoch's bar
+        self._last[held.identity] = dict(frame.values)
+        values = self._changed(frame.values)
         if not values:
             self.bar_frames += 1
             return

@@ -5,7 +5,9 @@ stderr (printed lines, progress-bar frames) and of the files the script writes (
 CSV logs) call it from their threads.  It decides, in one place (docs/PROTOCOL.md, "Script metrics"):
 
 - **names**: lowercase; ``learning_rate`` → ``lr``; the prefixes Transformers' TensorBoard callback
-  adds: ``train/x`` → ``x``, ``eval/x`` → ``eval_x``, ``test/x`` → ``test_x``;
+  adds: ``train/x`` → ``x``, ``eval/x`` → ``eval_x``, ``test/x`` → ``test_x``, and the suffixes of
+  PyTorch's TensorBoard tutorial: ``x/train`` → ``x``, ``x/val`` (``x/valid``, ``x/validation``) → ``val_x``,
+  ``x/test`` → ``test_x``, ``x/eval`` → ``eval_x``;
 - **one source per series**: the first source that gives a name keeps it; another source's values of the
   same name are counted, not written (the run shows a value once), and named in a ``series`` event;
 - **the run's loss**: written under ``loss`` (``script.loss_series`` when the user chose one, else the first
@@ -22,8 +24,7 @@ from collections.abc import Iterable
 from typing import Callable, Optional
 
 #: Names the run's loss is recognised by, most preferred first (after canonical names).
-LOSS_NAMES = ("loss", "train_loss", "training_loss", "loss_step", "train_loss_step", "loss/train", "train/loss",
-              "loss_train")
+LOSS_NAMES = ("loss", "train_loss", "training_loss", "loss_step", "train_loss_step", "loss_train")
 #: A series whose name starts so is never taken for the run's loss unless the user chose it.
 NOT_TRAINING = ("val", "valid", "eval", "test", "predict", "orig_")
 #: Record keys that are the record's bookkeeping, not series of the script.
@@ -31,6 +32,8 @@ RESERVED = ("seq", "t", "step", "src", "phase", "world_size", "printed_step", "b
 #: Steps above this are not steps (a counter gone wild, a hash printed as a number).
 MAX_STEP = 2 ** 53
 _PREFIXES = (("train/", ""), ("eval/", "eval_"), ("test/", "test_"))
+_SUFFIXES = (("/train", ""), ("/training", ""), ("/val", "val_"), ("/valid", "val_"), ("/validation", "val_"),
+             ("/test", "test_"), ("/eval", "eval_"))
 _RENAMES = {"learning_rate": "lr", "global_step": "step"}
 _SPACES = re.compile(r"\s+")
 
@@ -42,6 +45,11 @@ def canonical(name: str) -> str:
         if key.startswith(prefix) and len(key) > len(prefix):
             key = replacement + key[len(prefix):]
             break
+    else:
+        for suffix, replacement in _SUFFIXES:
+            if key.endswith(suffix) and len(key) > len(suffix) and "/" not in key[:-len(suffix)]:
+                key = replacement + key[:-len(suffix)]
+                break
     return _RENAMES.get(key, key)
 
 
@@ -65,20 +73,24 @@ def _number(value: object) -> Optional[float]:
 
 
 class PrintedClock:
-    """The run's step for what the script prints: printed steps that start again keep counting; a
-    progress bar's ``n`` counts across its epochs; a line without a step takes the bar's step."""
+    """The run's step for what the script prints: printed steps that start again keep counting (the step
+    after the last one, by the stride the counter was printed with: a counter printed every 2 batches,
+    0, 2 | 0, 2, continues 4, 6); a progress bar's ``n`` counts across its epochs; a line without a step
+    takes the bar's step."""
 
     def __init__(self) -> None:
         self.step = 0  # the run's step as far as printed output goes
-        self._line = (0, None)  # (offset, last printed step) of printed step counters
+        self._line = (0, None, 1)  # (offset, last printed step, stride) of printed step counters
         self._bars: dict[str, tuple[int, float]] = {}  # bar identity → (offset, last n)
         self._stepless = 0
 
     def from_line(self, printed: int) -> int:
-        offset, last = self._line
+        offset, last, stride = self._line
         if last is not None and printed < last:  # a per-epoch counter started again
-            offset = max(self.step, offset + last) - printed + 1
-        self._line = (offset, printed)
+            offset = max(self.step, offset + last) + stride - printed
+        elif last is not None and printed > last:
+            stride = printed - last
+        self._line = (offset, printed, stride)
         return self._advance(offset + printed)
 
     def from_bar(self, identity: str, n: float) -> int:

@@ -32,8 +32,9 @@ def records(spool):
 
 @pytest.mark.parametrize("name, expected", [
     ("Loss", "loss"), ("train/loss", "loss"), ("eval/loss", "eval_loss"), ("test/accuracy", "test_accuracy"),
-    ("learning_rate", "lr"), ("train/learning_rate", "lr"), ("Loss/train", "loss/train"), ("val loss", "val_loss"),
-    ("train/", "train/"),
+    ("learning_rate", "lr"), ("train/learning_rate", "lr"), ("val loss", "val_loss"), ("train/", "train/"),
+    ("Loss/train", "loss"), ("Loss/test", "test_loss"), ("Accuracy/val", "val_accuracy"), ("a/b/train", "a/b/train"),
+    ("/train", "/train"),
 ])
 def test_canonical_names(name, expected):
     assert canonical(name) == expected
@@ -166,3 +167,11 @@ def test_a_run_with_metrics_gets_no_report(spool):
     sink.printed("stdout", {"loss": 1.0}, step=1)
     sink.close([("stdout", Seen(1, 0, []))])
     assert events.named("no_metrics") == []
+
+
+def test_a_counter_printed_every_other_batch_continues_by_its_stride(spool):
+    sink, _ = make_sink(spool)
+    for epoch in range(3):  # Accelerate's examples: "epoch E step S: loss X" every 2 batches of 4
+        for step in (0, 2):
+            sink.printed("stdout", {"loss": 1.0, "epoch": epoch}, step=step)
+    assert [r["step"] for r in records(spool)] == [0, 2, 4, 6, 8, 10]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from remote_runner.scriptmode import SCRIPT_COMMAND
+from remote_runner.scriptread.lines import MAX_LINE, parse_metric_line
 from remote_runner.scriptread.output import OutputReader
 from remote_runner.scriptread.sink import MetricSink
 from remote_runner.spools import SpoolWriter
-from remote_runner.scriptread.lines import MAX_LINE, parse_metric_line
 
 
 @pytest.mark.parametrize("line,expected", [
