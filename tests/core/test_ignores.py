@@ -1,4 +1,5 @@
 """The script upload's ignore rules (.gitignore files, nested ones, and .ddpguiignore), checked against git itself."""
+import random
 import subprocess
 from pathlib import Path
 
@@ -123,3 +124,37 @@ def test_a_symbolic_link_to_a_directory_is_not_a_directory_to_the_rules(tmp_path
     assert dict(scan(root)[1]) == {"linked/": "a symbolic link to a directory (not followed)"}
     (root / ".gitignore").write_text("linked\n")
     assert dict(scan(root)[1]) == {"linked/": "ignored by .gitignore:1 `linked`"}
+
+
+#: Patterns and places for random trees: negations, directory-only and anchored patterns, `**` in each position,
+#: character classes, escapes, trailing spaces, patterns that match both files and directories.
+PATTERNS = ["*.txt", "!keep.txt", "a/", "/a", "b", "**/c", "a/**", "!a/x.txt", "*.log", "!*.log", "d/*.txt", "/d/",
+            "x*", "!x1", "**/b/*.py", "e/**/f", "*.py", "!e/", "c/", "?.txt", "[ab].log", "\\!z", " ", "#q", "y/",
+            "!y/k.txt", "/*.md", "**/", "f", "a/b/", "*/", "!*/", "d/a", "/e/g", "a/**/", "!**/b/", "x1 ", "**/f/**",
+            "e/*/f", "*", "!*.py", "!d/", "!e/g/", "g", "?", "!a", "/b/f", "**/*.log", "!**/x*"]
+DIRECTORIES = ["", "a", "b", "c", "d", "e", "a/b", "e/c", "e/g/f", "y", "d/a"]
+NAMES = ["keep.txt", "x.txt", "x1", "x2", "m.log", "t.py", "f", "b", "c", "!z", "r.md", "k.txt", "a.log"]
+
+
+def random_tree(root: Path, rnd: random.Random) -> None:
+    for directory in DIRECTORIES:
+        for name in rnd.sample(NAMES, 3):
+            path = root / directory / name
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(name)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                pass  # a name taken by a directory, or a directory by a file
+    for directory in rnd.sample(DIRECTORIES, 3):
+        if (root / directory).is_dir():
+            (root / directory / ".gitignore").write_text("\n".join(rnd.sample(PATTERNS, rnd.randint(1, 8))) + "\n")
+
+
+def test_random_trees_and_rules_give_what_git_gives(tmp_path):
+    git(tmp_path, "init", "-q")
+    for seed in range(60):
+        random_tree(tmp_path / f"t{seed}", random.Random(seed))
+        listed = git(tmp_path, "ls-files", "-z", "--others", "--exclude-standard", "--", f"t{seed}").decode()
+        expected = sorted(n.split("/", 1)[1] for n in listed.split("\0") if n)
+        assert sorted(f.rel for f in scan(tmp_path / f"t{seed}")[0]) == expected, (seed, [
+            (str(p.relative_to(tmp_path)), p.read_text()) for p in (tmp_path / f"t{seed}").rglob(".gitignore")])

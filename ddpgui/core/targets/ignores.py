@@ -1,17 +1,21 @@
 """The ignore rules of a script folder: its ``.gitignore`` files and ``.ddpguiignore`` files, with git's meaning.
 
-Patterns are matched by ``pathspec`` (git's wildmatch: negation, directory-only
-patterns, anchoring, ``**``).  What git adds on top is here: each ignore file
-holds for its own directory and below, with paths relative to that directory; a
-deeper file takes precedence over a higher one, and inside a file the last
-matching pattern wins; a ``.ddpguiignore`` takes precedence over the
+``pathspec`` matches one pattern against one path (git's wildmatch: ``*``, ``?``,
+``[...]``, ``**``, escapes, anchoring).  Its specs answer for a whole path at
+once (a file inside a matched directory matches too), which is not how git
+walks a tree, so the walk's rules are here, as git applies them to each entry:
+a pattern matches the entry itself (a pattern without a slash its name, one with
+a slash its path from the ignore file's directory; a trailing ``/`` only a
+directory, a trailing ``/**`` everything inside); in one file the last matching
+line wins (``!`` re-includes); each ignore file holds for its own directory and
+below, a deeper file before a higher one; a ``.ddpguiignore`` before the
 ``.gitignore`` beside it (so ``!data/small.csv`` there uploads a file git
-ignores).  A directory that is ignored is not entered, so nothing under it can
-be re-included (as in git).  When the folder lies inside a git work tree, the
-``.gitignore`` files of its parents up to the top of the work tree count too
-(named ``../.gitignore`` in the reasons).  A symbolic link is never a directory
-here, as in git.  ``.git/info/exclude`` and the user's global excludes file are
-not read: they are one clone's settings, not the folder's.
+ignores).  An ignored directory is not entered: nothing under it comes back.
+Inside a git work tree the parents' ``.gitignore`` files up to its top count too
+(``../.gitignore`` in the reasons), less any line that would ignore the folder
+itself or a directory on the way to it (the user chose the folder).  A symbolic
+link is never a directory here, as in git.  ``.git/info/exclude`` and the global
+excludes file are not read: they are one clone's settings, not the folder's.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from pathspec import GitIgnoreSpec
+from pathspec import GitIgnoreSpec, Pattern
 
 log = logging.getLogger(__name__)
 
@@ -28,55 +32,84 @@ log = logging.getLogger(__name__)
 IGNORE_FILES = (".gitignore", ".ddpguiignore")
 #: Ignore files above the folder, in the parents inside its git work tree.
 PARENT_IGNORE_FILES = (".gitignore",)
+#: Appended to a pattern and to the path it is matched against, so that the pattern must end where the path
+#: does (no file name holds a NUL): a match of one of the path's directories does not count.
+_END = "\0"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One pattern line of an ignore file."""
+
+    line: int
+    negated: bool
+    dir_only: bool
+    contents: bool  # ends in "/**": everything inside, at any depth (matched without _END)
+    pattern: Pattern
+
+    @classmethod
+    def parse(cls, text: str, line: int) -> Rule | None:
+        """The rule of line ``line``, or None for a blank line, a comment or a line git passes over."""
+        if not text.strip() or text.startswith("#"):
+            return None
+        while text.endswith(" ") and not text.endswith("\\ "):  # trailing spaces count only when escaped
+            text = text[:-1]
+        negated = text.startswith("!")
+        text = text[1:] if negated else text
+        dir_only = text.endswith("/")
+        text = text[:-1] if dir_only else text
+        if not text.strip("/"):
+            return None
+        contents = text.endswith("/**")
+        try:
+            patterns = GitIgnoreSpec.from_lines([text if contents else text + _END]).patterns
+        except ValueError:  # not a pattern git can use either ("\" alone): passed over
+            return None
+        if len(patterns) != 1 or patterns[0].include is None:
+            return None
+        return cls(line, negated, dir_only, contents, patterns[0])
+
+    def matches(self, path: str, is_dir: bool) -> bool:
+        """Whether the entry at ``path`` (relative to the ignore file's directory) is matched by this line."""
+        if self.dir_only and not is_dir:
+            return False
+        return self.pattern.match_file(path if self.contents else path + _END) is not None
 
 
 @dataclass(frozen=True)
 class IgnoreFile:
-    """One ignore file: where it is (named relative to the folder) and what it says."""
+    """One ignore file: where it is (named relative to the folder), its lines and its rules."""
 
     name: str  # e.g. "lib/.gitignore", "../.gitignore"
     base: str  # the path from the file's directory to the folder ("" when it is in the folder or below)
     lines: list[str]
-    spec: GitIgnoreSpec
+    rules: list[Rule]  # the last line first
 
     @classmethod
     def read(cls, path: Path, name: str, base: str = "") -> IgnoreFile | None:
-        """The ignore file at ``path``; ``base`` (for a parent's file): the folder's path from that parent, whose
-        patterns that ignore the folder itself or a directory on the way to it are left out (the user chose the
-        folder: a parent's ``experiments/`` rule does not empty it)."""
+        """The ignore file at ``path``; ``base`` (a parent's file): the folder's path from that parent."""
         try:
-            text = path.read_bytes().decode("utf-8", "replace")
+            lines = path.read_bytes().decode("utf-8", "replace").splitlines()
         except OSError as exc:
             log.warning("cannot read %s: %s", path, exc.strerror or exc)
             return None
-        lines = text.splitlines()
-        on_the_way = [base.rsplit("/", k)[0] + "/" for k in range(base.count("/") + 1)] if base else []
-        # A blank line gives no pattern, a comment a pattern that matches nothing: blank lines, invalid patterns
-        # (git passes over them too) and those left out become comments, so that pattern i is line i + 1.
-        return cls(name, base, lines, GitIgnoreSpec.from_lines([_kept(line, on_the_way) for line in lines]))
+        rules = [rule for number, text in enumerate(lines, 1) if (rule := Rule.parse(text, number))]
+        if base:  # the folder and the directories on the way to it stay in, whatever the parent says
+            on_the_way = [base.rsplit("/", k)[0] for k in range(base.count("/") + 1)]
+            rules = [r for r in rules if r.negated or not any(r.matches(d, True) for d in on_the_way)]
+        return cls(name, base, lines, rules[::-1])
 
     def decide(self, rel: str, is_dir: bool) -> tuple[bool, int] | None:
-        """(ignored, line number) of the last pattern of this file that matches ``rel`` (a path relative to the
-        folder), or None when none does."""
+        """(ignored, line number) by the last line that matches ``rel`` (a path relative to the file's directory,
+        or to the folder for a parent's file), or None when none does."""
         path = posixpath.join(self.base, rel) if self.base else rel
-        result = self.spec.check_file(path + "/" if is_dir else path)
-        if result.include is None or result.index is None:
-            return None
-        return bool(result.include), result.index + 1
+        for rule in self.rules:
+            if rule.matches(path, is_dir):
+                return not rule.negated, rule.line
+        return None
 
     def reason(self, line: int) -> str:
         return f"ignored by {self.name}:{line} `{self.lines[line - 1].rstrip()}`"
-
-
-def _kept(line: str, directories: list[str]) -> str:
-    """``line``, or a comment in its place when it is blank, not a valid pattern, or ignores one of ``directories``."""
-    if not line.strip() or line.startswith("#"):
-        return "#"
-    try:
-        spec = GitIgnoreSpec.from_lines([line])
-    except ValueError:
-        return "#"
-    return "#" if any(spec.check_file(d).include for d in directories) else line
 
 
 def _work_tree_top(folder: Path) -> Path | None:
