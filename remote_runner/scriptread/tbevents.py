@@ -249,24 +249,30 @@ class EventFileTail:
             self.corrupt += 1
             return
         self.records += 1
-        values = event.summary.value
-        if not values:
-            return
-        step, wall_time = event.step, event.wall_time
-        for value in values:
-            kind = value.WhichOneof("value")
-            if kind == "simple_value":
-                out.append(Scalar(step, wall_time, value.tag, value.simple_value))
-            elif kind == "tensor":
-                tag = value.tag
-                plugin = self._plugins.get(tag)
-                if plugin is None:  # only a tag's first value need carry the metadata
-                    plugin = value.metadata.plugin_data.plugin_name
-                    if plugin:
-                        self._plugins[tag] = plugin
-                    else:  # no metadata seen (read from the middle of the file): a lone number is a scalar
-                        plugin = "scalars"
-                if plugin == "scalars":
-                    number = _tensor_value(value.tensor)
-                    if number is not None:
-                        out.append(Scalar(step, wall_time, tag, number))
+        event_scalars(event, self._plugins, out)
+
+
+def event_scalars(event, plugins: dict[str, str], out: list[Scalar]) -> None:
+    """Append the scalars of one ``Event`` to ``out``; ``plugins`` (tag → plugin, kept by the caller across the
+    events of a file) remembers the metadata that only a tag's first value carries."""
+    values = event.summary.value
+    if not values:
+        return
+    step, wall_time = event.step, event.wall_time
+    for value in values:
+        kind = value.WhichOneof("value")
+        if kind == "simple_value":
+            out.append(Scalar(step, wall_time, value.tag, value.simple_value))
+        elif kind == "tensor":
+            tag = value.tag
+            plugin = plugins.get(tag)
+            if plugin is None:
+                plugin = value.metadata.plugin_data.plugin_name
+                if plugin:
+                    plugins[tag] = plugin
+                else:  # no metadata seen (read from the middle of the file): a lone number is a scalar
+                    plugin = "scalars"
+            if plugin == "scalars":
+                number = _tensor_value(value.tensor)
+                if number is not None:
+                    out.append(Scalar(step, wall_time, tag, number))
