@@ -43,7 +43,7 @@ def launch_settings(args: argparse.Namespace) -> dict:
     if args.script:
         settings["mode"] = "script"
         settings["script"] = {"dir": args.script, "entry": args.entry, "args": list(args.script_args),
-                              "metric_regex": args.metric_regex}
+                              "metric_regex": args.metric_regex, "loss_series": args.loss_series}
     return settings
 
 
@@ -55,6 +55,9 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
                       "uploaded to other hosts, less what its .gitignore/.ddpguiignore leave out)")
     p.add_argument("--entry", default="train.py", help="entry file inside --script DIR")
     p.add_argument("--metric-regex", default=None, help="regex with named groups step/loss/... for your script's output")
+    p.add_argument("--loss-series", default=None, metavar="NAME",
+                   help="the series that is your script's loss (e.g. val_loss); default: the first loss-like one "
+                        "(loss, train_loss, ...); change it later with: ddpgui series RUN --loss NAME")
     p.add_argument("--mode", choices=("train", "inference"), default=None)
     p.add_argument("--inference-precisions", default=None, help=f"comma list of {','.join(INFERENCE_PRECISIONS)}")
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs) per node")

@@ -14,6 +14,7 @@ from ..core.runs import launches
 from ..core.runs.config import make_config, settings_text
 from ..core.runs.manager import RunManager
 from ..core.runs.nodes import node_states
+from ..core.runs.series import run_series_lines
 from ..core.store import RunRecord, RunStore
 from ..core.targets.fingerprint import summary as code_summary
 from .common import EXIT_OK, CLIError, find_run, open_manager, terminal_text
@@ -134,6 +135,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             how = f", picked as {cfg['gpu_choice']}" if cfg.get("gpu_choice") else ""
             print(f"  gpus        {','.join(map(str, cfg['gpus']))} (CUDA_VISIBLE_DEVICES{how})")
         print(f"  steps       {record.last_step or 0}" + (f"/{record.total_steps}" if record.total_steps else ""))
+        for label, line in run_series_lines(store, record.id):
+            print(f"  {label:<12}{text(line, True)}")
         for key in ("steady_samples_per_s", "steady_tokens_per_s", "final_loss", "best_loss", "mem_peak_gib"):
             if record.summary.get(key) is not None:
                 print(f"  {key:<22}{record.summary[key]:.4g}")

@@ -8,10 +8,10 @@ import csv
 import io
 import json
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.script_outputs import SCRIPT_CONFIG, capture_run, read_as_host
 from helpers.stored_runs import put_spool, store_run
 from tqdm import tqdm
 
@@ -30,30 +30,6 @@ from ddpgui.core.runs.series import (
     set_loss_series,
 )
 from ddpgui.core.store import RunStore, run_store, schema
-from remote_runner.scriptread.output import OutputReader
-from remote_runner.scriptread.sink import MetricSink
-
-CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "scriptlogs"
-SCRIPT = {"mode": "script", "nproc_per_node": 2, "script": {"dir": "/src", "entry": "train.py"}}
-
-
-def host_run(capture: str, loss_series=None):
-    """The metric records and events the host writes for a run that printed the capture ``capture``: both
-    streams through the host's readers, into one sink, as the supervisor does (stderr read first)."""
-    records, events = [], [{"event": "started", "t": 1000.0}, {"event": "train_start", "t": 1000.5}]
-
-    class Writer:
-        def write(self, record, t=None):
-            records.append(dict(record, t=1001.0 + len(records) if t is None else t))
-
-    sink = MetricSink(Writer(), lambda event, /, **fields: events.append(dict(fields, event=event, t=1100.0)),
-                      world_size=2, loss_series=loss_series)
-    readers = [(stream, OutputReader(stream, sink)) for stream in ("stderr", "stdout")]
-    for stream, reader in readers:
-        reader.feed((CAPTURES / f"{capture}.{stream}").read_bytes())
-        reader.close()
-    sink.close(readers)
-    return records, events + [{"event": "finished", "t": 1200.0}]
 
 
 @pytest.fixture
@@ -63,8 +39,8 @@ def store(tmp_path):
 
 
 def test_a_lightning_runs_series_say_where_they_came_from(store):
-    metrics, events = host_run("lightning_tqdm")
-    store_run(store, "r1", SCRIPT, metrics, events=events)
+    metrics, events = capture_run("lightning_tqdm")
+    store_run(store, "r1", SCRIPT_CONFIG, metrics, events=events)
     infos = {i.name: i for i in series_info(store, "r1")}
     assert list(infos)[0] == "loss" and infos["loss"].is_loss
     assert (infos["loss"].from_, infos["loss"].source) == ("train_loss", "progress bar (stdout)")
@@ -83,7 +59,7 @@ def test_a_series_given_by_two_sources_names_both(store):
                "file": "/logs/events.out.tfevents.1", "loss": True},
               {"event": "series", "name": "loss", "also": "printed lines (stdout)"},
               {"event": "series", "name": "loss", "also": "printed lines (stdout)"}]
-    store_run(store, "r1", SCRIPT, metrics, events=events)
+    store_run(store, "r1", SCRIPT_CONFIG, metrics, events=events)
     (info,) = series_info(store, "r1")
     assert (info.source, info.also, info.file, info.points) == ("TensorBoard tag train/loss",
                                                                 ["printed lines (stdout)"],
@@ -93,8 +69,8 @@ def test_a_series_given_by_two_sources_names_both(store):
 
 
 def test_the_trainer_summary_is_the_runs_summary_not_a_step(store):
-    metrics, events = host_run("trainer_gpt2")
-    store_run(store, "r1", SCRIPT, metrics, events=events)
+    metrics, events = capture_run("trainer_gpt2", streams=["stdout"])
+    store_run(store, "r1", SCRIPT_CONFIG, metrics, events=events)
     assert script_summary(store, "r1") == {"train_runtime": 0.4252, "train_samples_per_second": 301.0,
                                            "train_steps_per_second": 37.63, "train_loss": 4.326, "epoch": 2.0}
     assert "train_runtime" not in {i.name for i in series_info(store, "r1")}
@@ -103,8 +79,8 @@ def test_the_trainer_summary_is_the_runs_summary_not_a_step(store):
 
 
 def test_choosing_another_loss_changes_what_every_reader_reads_and_resetting_brings_it_back(store, tmp_path):
-    metrics, events = host_run("trainer_gpt2")
-    store_run(store, "r1", SCRIPT, metrics, events=events)
+    metrics, events = capture_run("trainer_gpt2", streams=["stdout"])
+    store_run(store, "r1", SCRIPT_CONFIG, metrics, events=events)
     train = [(r["step"], r["loss"]) for r in metrics if "loss" in r]
     evals = [(r["step"], r["eval_loss"]) for r in metrics if "eval_loss" in r]
     assert len(evals) == 4 and train[-1][1] != evals[-1][1]
@@ -167,7 +143,7 @@ def test_the_loss_is_named_as_the_script_named_it_or_as_listed(store):
                "loss": True},
               {"event": "series", "name": "orig_loss", "from": "loss", "source": "printed lines (stdout)"},
               {"event": "series", "name": "val_loss", "from": "val_loss", "source": "printed lines (stdout)"}]
-    store_run(store, "r1", SCRIPT, metrics, events=events)
+    store_run(store, "r1", SCRIPT_CONFIG, metrics, events=events)
     assert set_loss_series(store, "r1", "loss").loss_series == "orig_loss"  # what the script printed as "loss"
     assert [r["loss"] for r in store.records("r1")] == [3.0, 2.5]
     assert [r["train_loss"] for r in store.records("r1")] == [2.0, 1.5]
@@ -195,8 +171,8 @@ def test_a_built_in_workloads_loss_can_be_chosen_too(store):
 
 
 def test_a_bundle_carries_the_loss_choice_and_the_records_as_stored(store, tmp_path):
-    metrics, events = host_run("lightning_tqdm")
-    store_run(store, "r1", SCRIPT, metrics, events=events)
+    metrics, events = capture_run("lightning_tqdm")
+    store_run(store, "r1", SCRIPT_CONFIG, metrics, events=events)
     set_loss_series(store, "r1", "val_loss")
     path = write_bundle(store, ["r1"], tmp_path / "runs.json")
     with RunStore(tmp_path / "other.sqlite3") as other:
@@ -214,8 +190,9 @@ def test_a_run_that_gave_no_metric_says_what_it_saw(store):
     bar = io.StringIO()
     for _ in tqdm(range(4), file=bar, ascii=True, desc="training", mininterval=0):  # a bar without values
         pass
-    store_run(store, "r1", SCRIPT, [], events=host_events_of_output(
-        b"epoch one done\n" + bar.getvalue().encode() + b"saving checkpoint\n"))
+    metrics, events = read_as_host({"stdout": b"epoch one done\n" + bar.getvalue().encode() + b"saving checkpoint\n"})
+    assert metrics == []
+    store_run(store, "r1", SCRIPT_CONFIG, [], events=events)
     report = no_metrics(store, "r1")
     assert report["message"] == ("the script gave no metric ddpgui could read (rank 0 printed 8 lines on stdout, "
                                  "5 progress-bar frames without values on stdout)")
@@ -226,22 +203,6 @@ def test_a_run_that_gave_no_metric_says_what_it_saw(store):
     lines = summary_lines(run_summary(store, "r1"))
     assert lines[1] == f"  no metrics: {report['message']}" and lines[-1] == f"  hint:  {report['hint']}"
     assert "    | stdout: saving checkpoint" in lines
-
-
-def host_events_of_output(data: bytes) -> list[dict]:
-    """The events the host writes for a run whose rank 0 printed ``data`` on stdout."""
-    events = [{"event": "started", "t": 1.0}]
-
-    class Writer:
-        def write(self, record, t=None):
-            raise AssertionError(f"no metric expected, got {record}")
-
-    sink = MetricSink(Writer(), lambda event, /, **fields: events.append(dict(fields, event=event)))
-    reader = OutputReader("stdout", sink)
-    reader.feed(data)
-    reader.close()
-    sink.close([("stdout", reader)])
-    return events + [{"event": "finished", "t": 2.0}]
 
 
 def test_the_progress_line_shows_a_scripts_bar_and_its_eta_and_invents_no_total():

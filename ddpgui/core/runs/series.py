@@ -28,7 +28,7 @@ NOT_SERIES = (frozenset(RESERVED) - {"printed_step"}) | {"warmup", "global_batch
 #: The source of a series a built-in workload wrote (it sends no ``series`` events).
 BUILTIN_SOURCE = "built-in workload"
 #: The sources of the series the host adds itself (no ``series`` event names them).
-HOST_SOURCES = {"printed_step": "the step as printed (a printed counter or a bar's n; the run's step counts on)"}
+HOST_SOURCES = {"printed_step": "the step as printed (where the run's step counts on)"}
 
 Point = tuple[int | None, float]
 
