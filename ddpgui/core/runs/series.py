@@ -28,7 +28,7 @@ NOT_SERIES = (frozenset(RESERVED) - {"printed_step"}) | {"warmup", "global_batch
 #: The source of a series a built-in workload wrote (it sends no ``series`` events).
 BUILTIN_SOURCE = "built-in workload"
 #: The sources of the series the host adds itself (no ``series`` event names them).
-HOST_SOURCES = {"printed_step": "the step as printed (where the run's step counts on)"}
+HOST_SOURCES = {"printed_step": "the step as printed, where the run's step differs"}
 
 Point = tuple[int | None, float]
 
@@ -187,10 +187,10 @@ def _resolve(store: RunStore, run: RunRecord, name: str) -> str | None:
             key = choice.stored_name(candidate) if choice is not None else candidate
         if key in stored:
             return None if key == "loss" else key
-    listed = [i.name if not i.is_loss else f"loss (from {i.from_})" if i.from_ else "loss"
+    listed = [f"loss (from {i.from_})" if i.is_loss and i.from_ not in (None, "loss") else i.name
               for i in series_info(store, run.id) if i.points]
     raise LossSeriesError(f"run {run.id} has no series {name!r}",
-                          f"its series: {', '.join(listed) or 'none'}" if listed else "the run has no series yet")
+                          f"its series: {', '.join(listed)}" if listed else "the run has no series yet")
 
 
 def no_metrics(store: RunStore, run_id: str) -> dict | None:
