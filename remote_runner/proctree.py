@@ -141,8 +141,9 @@ def exit_without_finalizing(code: int) -> None:
     destroy_process_group; destroying them while Python is torn down aborts the rank now
     and then ("terminate called without an active exception", SIGABRT) after a run that
     finished.  So we do what Py_FinalizeEx does first -- wait for non-daemon threads (a
-    checkpoint being written), run atexit handlers (logging, wandb), flush the standard
-    streams -- and then ``os._exit``.  Our spools are unbuffered: nothing else to flush.
+    checkpoint being written), run atexit handlers (logging, wandb), flush the files the
+    script left open (``open("log.txt", "w")`` never closed: the teardown would have flushed
+    them as it finalized them) and the standard streams -- and then ``os._exit``.
     """
     try:
         wait_for_threads = getattr(threading, "_shutdown", None)
@@ -150,9 +151,28 @@ def exit_without_finalizing(code: int) -> None:
             wait_for_threads()
         atexit._run_exitfuncs()
     finally:
+        _flush_open_files()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # a closed or broken stream must not keep the rank alive
                 pass
         os._exit(code)
+
+
+def _flush_open_files() -> None:
+    """Flush every open buffered file of this process (what finalizing them at teardown would write)."""
+    import gc
+    import io
+
+    try:
+        files = [obj for obj in gc.get_objects() if isinstance(obj, (io.BufferedWriter, io.BufferedRandom,
+                                                                     io.TextIOWrapper))]
+    except Exception:
+        return
+    for fh in files:
+        try:
+            if not fh.closed and fh.writable():
+                fh.flush()
+        except Exception:  # a broken pipe, a full disk: what the teardown would have lost too
+            pass

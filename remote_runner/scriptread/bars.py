@@ -28,7 +28,7 @@ _TQDM_TIME = r"(?:\d+:)?\d\d:\d\d"
 # It starts where no digit or "." precedes it (one start per number, so a line of digits is one pass).
 _TQDM = re.compile(
     r"(?<![\w.])(?P<n>" + _COUNT + r")(?:/(?P<total>" + _COUNT + r"|\?)|[^\W\d]*) \["
-    r"(?P<elapsed>" + _TQDM_TIME + r")(?:<(?P<remaining>" + _TQDM_TIME + r"|\?))?, "
+    r"(?P<elapsed>" + _TQDM_TIME + r")(?:<(?P<remaining>" + _TQDM_TIME + r"|\?))?, +"
     r"(?P<rate>\?|\d+(?:\.\d+)?" + _SCALE + r")(?P<rate_unit>[^\W\d]*)/(?P<per>[^\W\d]+)"
     r"(?P<postfix>, [^\]]*)?\]")
 _RICH_TIME = r"(?:\d+ days?, )?\d+:\d\d:\d\d|-:--:--"

@@ -93,6 +93,7 @@ class LogFileWatcher:
         while not self._stop.wait(self.poll_s):
             try:
                 self.poll()
+                self.sink.release()
             except Exception as exc:  # a reader's bug must not end the run's other readers
                 self.sink.event("warning", message="reading the script's log files failed: %s" % exc)
                 return

@@ -7,8 +7,9 @@ prints its log dict after its bar moved) gets that step.  A frame still held aft
 (the bar stopped moving: the end of an epoch, a slow step), and written again if it is redrawn at the same
 ``n`` with other values.  Rich draws a bar's values that do not fit on the line below it: those lines
 belong to the frame above them.  A new epoch's bar first drawn at ``n = 0`` with the values the last one
-ended with (Lightning's) is not a step of its own: it moves the clock only.  A validation value stays in a bar's postfix until
-the next validation (Lightning shows ``val_loss`` at every step): such a value is written when it changes.
+ended with (Lightning's) is not a step of its own: it moves the clock, and writes only what it shows anew.
+A validation value stays in a bar's postfix until the next validation (Lightning shows ``val_loss`` at every
+step): such a value is written when it changes.
 """
 import time
 from typing import Optional
@@ -57,12 +58,17 @@ class OutputReader:
         for segment in self.splitter.feed(data):
             self._segment(segment)
 
-    def idle(self) -> None:
-        """Nothing came for a while: read the frame being drawn (a bar's frame is ended only by the next
-        one's ``\r``), then write bar frames held longer than HOLD_S."""
+    def catch_up(self) -> None:
+        """Read the bar frame being drawn (a frame is ended only by the next one's ``\r``): before another
+        stream's line is read (Transformers' bar on stderr moved, then it printed its log dict on stdout), and
+        when the output goes quiet."""
         segment = self.splitter.peek()
         if segment is not None:
             self._segment(segment, partial=True)
+
+    def idle(self) -> None:
+        """Nothing came for a while: read the frame being drawn, write bar frames held longer than HOLD_S."""
+        self.catch_up()
         now = self.clock()
         for held in self._held.values():
             if not held.written and now - held.since >= HOLD_S:
@@ -88,6 +94,7 @@ class OutputReader:
             values = continuation_values(text)
             if values:
                 self._held[self._rich].frame.values.update(values)
+                self.sink.claim(self.stream, values)
                 return
             if partial:
                 return
@@ -116,18 +123,21 @@ class OutputReader:
         step = self.sink.bar_step(identity, frame.n, main)
         self._held[identity] = _Held(frame, step, main, self.clock(), identity)
         self._rich = identity if rich else None
+        if frame.values:
+            self.sink.claim(self.stream, frame.values)
 
     def _write(self, held: _Held) -> None:
         held.written = True
         frame = held.frame
-        if frame.n == 0 and frame.values and frame.values == self._last.get(held.identity):
-            return  # the last epoch's values on the next epoch's bar
-        self._last[held.identity] = dict(frame.values)
+        last, self._last[held.identity] = self._last.get(held.identity, {}), dict(frame.values)
         values = self._changed(frame.values)
+        if frame.n == 0:  # no step done on this bar yet: only what it shows anew (a validation that just ran)
+            values = {k: v for k, v in values.items() if k not in last or last[k] != v}
         if not values:
-            self.bar_frames += 1
+            if not frame.values:
+                self.bar_frames += 1
             return
-        if frame.epoch is not None:
+        if frame.epoch is not None and frame.n:
             values.setdefault("epoch", frame.epoch)
         extra = {}
         if held.main:  # a validation bar's position and ETA are not the run's

@@ -3,8 +3,9 @@
 Three pipes: torchrun's stdout (torchrun and every rank but rank 0), and rank 0's stdout and stderr FIFOs
 (:mod:`.rank0`).  One thread reads whichever is ready (``select``), so the three never interleave inside a
 line of stdout.log: each pipe's bytes are written up to its last line end, the rest held until that line
-is complete (or the pipe ends).  When rank 0's stderr and stdout are both ready, stderr is read first: a
-progress bar (stderr) that moved before a line was printed (stdout) gives that line its step.  A full disk
+is complete (or the pipe ends).  When rank 0's stderr and stdout are both ready, stderr is read first, and
+the frame a bar is drawing on one stream is read before a chunk of the other: a progress bar (stderr) that
+moved before a line was printed (stdout) gives that line its step.  A full disk
 does not stop the reading (the script would block on a full pipe): the logs lose bytes, the metrics don't.
 """
 import os
@@ -114,6 +115,9 @@ class OutputPump:
         log.write(data)
         if reader is not None:
             try:
+                for _, other in self._pipes.values():
+                    if other is not None and other is not reader:
+                        other.catch_up()
                 reader.feed(data)
             except Exception as exc:  # a reader's bug must not stop the copying (or block the script)
                 self._pipes[fd] = (log, None)

@@ -9,7 +9,9 @@ CSV logs) call it from their threads.  It decides, in one place (docs/PROTOCOL.m
   PyTorch's TensorBoard tutorial: ``x/train`` → ``x``, ``x/val`` (``x/valid``, ``x/validation``) → ``val_x``,
   ``x/test`` → ``test_x``, ``x/eval`` → ``eval_x``;
 - **one source per series**: the first source that gives a name keeps it; another source's values of the
-  same name are counted, not written (the run shows a value once), and named in a ``series`` event;
+  same name are counted, not written (the run shows a value once), and named in a ``series`` event.  A file
+  log's first values of a name wait ``FILE_GRACE_S``, so the script's printed output (live, read at once)
+  keeps a name both give, whichever is read first;
 - **the run's loss**: written under ``loss`` (``script.loss_series`` when the user chose one, else the first
   series whose name is, by preference, ``loss``, ``train_loss``, ``training_loss``, … any loss that is not a
   validation/evaluation/test one); the series it came from is named in its ``series`` event;
@@ -20,6 +22,7 @@ CSV logs) call it from their threads.  It decides, in one place (docs/PROTOCOL.m
 import math
 import re
 import threading
+import time
 from collections.abc import Iterable
 from typing import Callable, Optional
 
@@ -29,6 +32,9 @@ LOSS_NAMES = ("loss", "train_loss", "training_loss", "loss_step", "train_loss_st
 NOT_TRAINING = ("val", "valid", "eval", "test", "predict", "orig_")
 #: Record keys that are the record's bookkeeping, not series of the script.
 RESERVED = ("seq", "t", "step", "src", "phase", "world_size", "printed_step", "bar_total", "eta_s")
+#: Seconds the first values of a name that a file log (TensorBoard, CSV) gives wait before they are written:
+#: the script's own output, which shows them live, keeps the name whichever of the two is read first.
+FILE_GRACE_S = 0.5
 #: Steps above this are not steps (a counter gone wild, a hash printed as a number).
 MAX_STEP = 2 ** 53
 _PREFIXES = (("train/", ""), ("eval/", "eval_"), ("test/", "test_"))
@@ -36,6 +42,7 @@ _SUFFIXES = (("/train", ""), ("/training", ""), ("/val", "val_"), ("/valid", "va
              ("/test", "test_"), ("/eval", "eval_"))
 _RENAMES = {"learning_rate": "lr", "global_step": "step"}
 _SPACES = re.compile(r"\s+")
+_SUMMARY = "summary"  # the owner of the names of the script's closing summary
 
 
 def canonical(name: str) -> str:
@@ -116,7 +123,7 @@ class MetricSink:
     (``event(name, **fields)``)."""
 
     def __init__(self, writer, event: Callable[..., None], world_size: Optional[int] = None,
-                 loss_series: Optional[str] = None):
+                 loss_series: Optional[str] = None, now: Callable[[], float] = time.monotonic):
         self.writer = writer
         self.event = event
         self.extra: dict = {"phase": "script"}
@@ -130,6 +137,10 @@ class MetricSink:
         self.records = 0
         self.summaries = 0
         self.files: list[dict] = []  # what the file readers reported (for the no-metric report)
+        self.now = now
+        self._given: set = set()  # canonical names some source has given
+        self._first_in_file: dict[str, float] = {}  # canonical name → when a file log first gave it
+        self._held_files: list = []  # (since, _write arguments) of file values waiting (see logged)
         self._lock = threading.Lock()
 
     # ---- what the readers call --------------------------------------------------------------
@@ -156,19 +167,47 @@ class MetricSink:
         with self._lock:
             return self._write(src, "progress bar (%s)" % src, step, values, extra)
 
-    def logged(self, kind: str, path: str, step: Optional[int], values: dict, t: Optional[float] = None) -> Optional[dict]:
-        """Values a file log holds at ``step`` (``kind`` "tensorboard" or "csv"; ``values`` by tag/column)."""
+    def logged(self, kind: str, path: str, step: Optional[int], values: dict, t: Optional[float] = None) -> None:
+        """Values a file log holds at ``step`` (``kind`` "tensorboard" or "csv"; ``values`` by tag/column).
+
+        The first values of a name no source has given yet wait FILE_GRACE_S (:meth:`release`): the script's
+        printed output shows the same values live, and keeps the name whichever of the two is read first."""
         with self._lock:
             if step is None or not 0 <= step < MAX_STEP:
                 step = self.clock.step
             label = "TensorBoard tag" if kind == "tensorboard" else "CSV log column"
-            return self._write("%s:%s" % (kind, path), label, int(step), values, None, t, path)
+            args = ("%s:%s" % (kind, path), label, int(step), values, None, t, path)
+            now = self.now()
+            waiting = False
+            for original in values:
+                name = canonical(original)
+                if name not in self._given:
+                    waiting = now - self._first_in_file.setdefault(name, now) < FILE_GRACE_S or waiting
+            if waiting or self._held_files:  # in order: behind what waits already
+                self._held_files.append((now, args))
+            else:
+                self._write(*args)
+
+    def release(self, everything: bool = False) -> None:
+        """Write the file values whose wait is over (all of them at the end)."""
+        with self._lock:
+            now = self.now()
+            while self._held_files and (everything or now - self._held_files[0][0] >= FILE_GRACE_S):
+                self._write(*self._held_files.pop(0)[1])
+
+    def claim(self, src: str, values: dict) -> None:
+        """A progress bar's frame is held (its values are written when the bar moves on): its names are this
+        source's from now, as if written."""
+        with self._lock:
+            self._own(src, "progress bar (%s)" % src, values, "")
 
     def summary(self, src: str, values: dict) -> None:
         """The script's closing summary (Transformers' ``train_runtime`` dict): an event, not a step."""
         with self._lock:
             self.summaries += 1
             numbers = {canonical(k): _number(v) for k, v in values.items()}
+            for name in numbers:  # the same numbers logged to a file (Trainer's TensorBoard) are no series
+                self.owners.setdefault(name, _SUMMARY)
             self.event("script_summary", values=numbers, source="printed lines (%s)" % src)
 
     def file_found(self, path: str, kind: str, reading: bool, reason: str = "") -> None:
@@ -182,22 +221,8 @@ class MetricSink:
     # ---- records ---------------------------------------------------------------------------
     def _write(self, src: str, label: str, step: int, values: dict, extra: Optional[dict],
                t: Optional[float] = None, file: str = "") -> Optional[dict]:
-        names = [(canonical(original), original, value) for original, value in values.items()]
-        if self.loss_from is None:
-            self._choose_loss(name for name, _, _ in names)
         record: dict = {"step": step}
-        for name, original, value in names:
-            if name in RESERVED:
-                continue
-            key = "loss" if name == self.loss_from else ("orig_loss" if name == "loss" else name)
-            owner = self.owners.get(key)
-            if owner is None:
-                self.owners[key] = src
-                self._announce(key, name, original, label, file)
-            elif owner != src:
-                self._duplicate(key, src, original, label, file)
-                continue
-            record[key] = _number(value)
+        record.update(self._own(src, label, values, file))
         if len(record) == 1:  # nothing of its own
             return None
         record["src"] = src.split(":", 1)[0]
@@ -207,6 +232,27 @@ class MetricSink:
         self.writer.write(record, t=t)
         self.records += 1
         return record
+
+    def _own(self, src: str, label: str, values: dict, file: str) -> dict:
+        """The values of ``values`` that are ``src``'s to write, under the names they are written with (the
+        loss as ``loss``); a name no source had becomes ``src``'s, a name another source has is counted."""
+        names = [(name, original, value) for original, value in values.items()
+                 if self.owners.get(name := canonical(original)) != _SUMMARY and name not in RESERVED]
+        if self.loss_from is None:
+            self._choose_loss(name for name, _, _ in names)
+        kept = {}
+        for name, original, value in names:
+            self._given.add(name)
+            key = "loss" if name == self.loss_from else ("orig_loss" if name == "loss" else name)
+            owner = self.owners.get(key)
+            if owner is None:
+                self.owners[key] = src
+                self._announce(key, name, original, label, file)
+            elif owner != src:
+                self._duplicate(key, src, original, label, file)
+                continue
+            kept[key] = _number(value)
+        return kept
 
     def _choose_loss(self, names: Iterable[str]) -> None:
         if self.chosen_loss is not None:
@@ -236,7 +282,9 @@ class MetricSink:
 
     # ---- the end ---------------------------------------------------------------------------
     def close(self, seen: Iterable[tuple[str, "object"]] = ()) -> None:
-        """At the run's end: a ``no_metrics`` event when nothing was written (``seen``: (stream, reader))."""
+        """At the run's end: what waits is written; a ``no_metrics`` event when nothing was written at all
+        (``seen``: (stream, reader))."""
+        self.release(everything=True)
         with self._lock:
             if self.records:
                 return

@@ -291,3 +291,9 @@ def test_bar_like_text_never_raises(parts, up):
         assert isinstance(frame.n, int) and (frame.total is None or isinstance(frame.total, int))
         assert "v_num" not in frame.values and all(v is None or isinstance(v, float) for v in frame.values.values())
     continuation_values(" " + text)
+
+
+def test_a_rate_tqdm_pads_to_five_characters():
+    # tqdm formats a rate under 10 as "{:5.2f}": "  8.65it/s" (Lightning's bar, a slow step)
+    frame = parse_bar("Epoch 0:  17%|█▋        | 1/6 [00:00<00:00,  8.65it/s, v_num=0, train_loss=20.20]")
+    assert (frame.n, frame.total, frame.rate, frame.values, frame.epoch) == (1, 6, 8.65, {"train_loss": 20.2}, 0)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from remote_runner.scriptread.sink import MetricSink, canonical, loss_rank
+from remote_runner.scriptread.sink import FILE_GRACE_S, MetricSink, canonical, loss_rank
 from remote_runner.spools import SpoolWriter
 
 
@@ -23,6 +23,7 @@ def spool(tmp_path):
 
 def make_sink(spool, **kwargs):
     events = Events()
+    kwargs.setdefault("now", lambda: 0.0)
     return MetricSink(SpoolWriter(str(spool)), events, **kwargs), events
 
 
@@ -72,6 +73,7 @@ def test_a_value_from_a_second_source_is_shown_once(spool):
     # Transformers' TensorBoard callback logs the same dict as train/loss, train/learning_rate, plus one more
     sink.logged("tensorboard", "/x/events.out.tfevents.1", 2, {"train/loss": 0.51234, "train/learning_rate": 1e-3,
                                                                "train/grad_norm": 1.5}, t=100.0)
+    sink.release(everything=True)
     got = records(spool)
     assert got[0]["loss"] == 0.5123
     assert got[1] == {**got[1], "step": 2, "grad_norm": 1.5, "src": "tensorboard", "t": 100.0}
@@ -175,3 +177,43 @@ def test_a_counter_printed_every_other_batch_continues_by_its_stride(spool):
         for step in (0, 2):
             sink.printed("stdout", {"loss": 1.0, "epoch": epoch}, step=step)
     assert [r["step"] for r in records(spool)] == [0, 2, 4, 6, 8, 10]
+
+
+def test_the_summarys_numbers_logged_to_a_file_too_are_no_series(spool):
+    sink, events = make_sink(spool)
+    sink.summary("stdout", {"train_runtime": 0.7, "train_loss": 4.3})
+    sink.logged("tensorboard", "/x/events.out.tfevents.1", 16, {"train/train_runtime": 0.7,
+                                                                "train/train_loss": 4.3})
+    sink.close()
+    assert records(spool) == [] and events.named("series") == []
+
+
+def test_a_file_logs_first_values_wait_so_the_printed_output_keeps_the_name(spool):
+    clock = [0.0]
+    sink, events = make_sink(spool, now=lambda: clock[0])
+    # the TensorBoard file is read before the progress bar's frame with the same value
+    sink.logged("tensorboard", "/x/events.out.tfevents.1", 1, {"train_loss": 0.51234}, t=10.0)
+    sink.logged("tensorboard", "/x/events.out.tfevents.1", 1, {"accuracy": 0.5}, t=10.0)
+    clock[0] = 0.2
+    sink.claim("stdout", {"train_loss": 0.512})  # the bar's frame is held until the bar moves on
+    clock[0] = FILE_GRACE_S
+    sink.release()
+    sink.bar("stdout", 1, {"train_loss": 0.512})
+    got = records(spool)
+    assert [(r["src"], r.get("loss"), r.get("accuracy")) for r in got] == [("tensorboard", None, 0.5),
+                                                                            ("stdout", 0.512, None)]
+    (loss,) = [e for e in events.named("series") if e.get("loss")]
+    assert loss["source"] == "progress bar (stdout)"
+    # once a name has a source, the file's next values are not held
+    sink.logged("tensorboard", "/x/events.out.tfevents.1", 2, {"accuracy": 0.6}, t=11.0)
+    assert records(spool)[-1]["accuracy"] == 0.6
+
+
+def test_a_name_only_a_file_gives_is_written_after_the_wait(spool):
+    clock = [0.0]
+    sink, _ = make_sink(spool, now=lambda: clock[0])
+    sink.logged("csv", "/x/metrics.csv", 3, {"train_loss": 0.4})
+    assert records(spool) == []
+    clock[0] = FILE_GRACE_S + 0.01
+    sink.release()
+    assert [(r["step"], r["loss"], r["src"]) for r in records(spool)] == [(3, 0.4, "csv")]

@@ -138,6 +138,8 @@ kept = Tracked()
 atexit.register(lambda: print("atexit ran", flush=True))
 threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
 print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.realpath(__file__)), os.getcwd(), helper.VALUE)
+log = open("log.txt", "w")  # never closed: the teardown flushes it as it finalizes the file
+log.write("a line the script never flushed")
 sys.stdout.write("unflushed at the end")
 '''
 
@@ -166,6 +168,7 @@ def test_the_entry_runs_the_script_as_main_and_leaves_without_interpreter_teardo
     # as plain Python: the thread is waited for, atexit runs, the last unflushed text comes out ...
     assert "thread done\n" in ours.stdout and "atexit ran\n" in ours.stdout
     assert "unflushed at the end" in ours.stdout
+    assert (tmp_path / "log.txt").read_text() == "a line the script never flushed"  # an open file too
     # ... but the script's objects are not torn down (plain Python does, which is where gloo aborts)
     assert "finalized" in plain.stdout and "finalized" not in ours.stdout
     assert plain.stdout.startswith(expected)

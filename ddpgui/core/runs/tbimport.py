@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.hparams import metadata as hparams_metadata
@@ -124,8 +125,13 @@ def _read_file(folder: _Folder, path: Path) -> None:
     loader = _CountedLoader(str(path))
     plugins: dict[str, str] = {}
     scalars: list[Scalar] = []
+    unreadable = 0
     for record in loader.Load():
-        event = event_pb2.Event.FromString(record)
+        try:
+            event = event_pb2.Event.FromString(record)
+        except DecodeError:  # whole and its CRCs right, yet no Event: written by something else
+            unreadable += 1
+            continue
         found = len(scalars)
         event_scalars(event, plugins, scalars)
         if len(scalars) == found:  # hparams come in an event of their own
@@ -137,33 +143,35 @@ def _read_file(folder: _Folder, path: Path) -> None:
                                            if v is not None})
     for s in scalars:
         folder.add(s.step, s.wall_time, s.tag, s.value)
+    if unreadable:
+        folder.warnings.append(f"{path}: {unreadable} record(s) that are no TensorBoard event were left out")
     _past_the_end(folder, path, loader.consumed)
 
 
 def _past_the_end(folder: _Folder, path: Path, consumed: int) -> None:
-    """TensorBoard's reader stopped at ``consumed``: before the end of the file, say why, and read past a
-    corrupt record with the host's tail reader (which resyncs to the next whole record)."""
+    """TensorBoard's reader stopped at ``consumed``: before the end of the file, say why, and read past the
+    damage with the host's tail reader (which resyncs to the next whole record)."""
     with path.open("rb") as fh:
         fh.seek(consumed)
-        rest = fh.read(12)
+        head = fh.read(12)
         size = fh.seek(0, 2)
     if size <= consumed:
         return
-    if len(rest) == 12:
-        length, length_crc = struct.unpack("<QI", rest)
-        whole = masked_crc32c(rest[:8]) == length_crc and consumed + 16 + length > size
-    else:
-        whole = True
-    if whole:
+    framed = len(head) == 12 and masked_crc32c(head[:8]) == struct.unpack_from("<I", head, 8)[0]
+    length = struct.unpack_from("<Q", head)[0] if framed else 0
+    if len(head) < 12 or framed and consumed + 16 + length > size:
         folder.warnings.append(f"{path}: its last {size - consumed} bytes are a record cut short (the writer "
                                "stopped in the middle of it); the values before it are imported")
         return
-    tail = EventFileTail(str(path), offset=consumed)
+    # a valid header: TensorBoard found the record's data damaged (its CRC); else the header itself is
+    tail = EventFileTail(str(path), offset=consumed + 16 + length if framed else consumed)
     scalars = tail.finish()
     for s in scalars:
         folder.add(s.step, s.wall_time, s.tag, s.value)
-    folder.warnings.append(f"{path}: damaged at byte {consumed} ({tail.corrupt} corrupt stretch(es) skipped); "
-                           f"{len(scalars)} value(s) after the damage were read past it")
+    skipped = tail.corrupt + framed
+    cut = "; its last record is cut short" if tail.truncated else ""
+    folder.warnings.append(f"{path}: damaged at byte {consumed} ({skipped} damaged record(s) or stretch(es) "
+                           f"skipped); {len(scalars)} value(s) after the damage were read{cut}")
 
 
 def _event_folders(log_dir: Path) -> dict[Path, list[Path]]:
@@ -247,6 +255,7 @@ def _store(store: RunStore, log_dir: Path, folder: _Folder, run_id: str) -> Impo
         tags = folder.values[step]
         sink.logged("tensorboard", str(folder.path), step, {tag: value for tag, (_, value) in tags.items()},
                     t=min(wall for wall, _ in tags.values()))
+    sink.release(everything=True)  # the file's first values wait for a printed source: there is none here
     for message in folder.warnings:
         records.event("warning", message=message, source="import")
     name = folder.path.relative_to(log_dir).as_posix() if folder.path != log_dir else log_dir.name
