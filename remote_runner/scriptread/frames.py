@@ -5,9 +5,13 @@ redraw is a frame of its own.  ANSI escape sequences (colours, erase-line) are r
 cursor-up sequence is remembered (``Segment.up``): a tqdm bar at ``position > 0`` (Transformers' evaluation
 bar under its training bar) draws that way.
 
-Cost matters here (a chatty script prints 100,000 lines a second): the bytes are split a whole chunk at a
-time, a segment without a digit (nor a nan or inf) is passed over without being decoded (no number, no metric), and a segment
-longer than ``max_frame`` is dropped as it streams past, never held in memory whole.
+Cost matters here: a chatty script prints 100,000 lines a second, and a reader that falls behind makes the
+script wait on a full pipe.  So the bytes are looked at a whole chunk at a time, in C: only the segments
+that hold a word a metric needs (a loss, a step, iteration or epoch counter, a dict, a progress bar's ``|``,
+rate or Rich's bar, a line indented as Rich wraps values) are cut out and decoded; every other line costs
+nothing more than being counted.  With a user's ``--metric-regex`` any line may be a metric: every segment
+that holds a digit is returned.  A segment longer than ``max_frame`` is dropped as it streams past, never held
+in memory whole.
 """
 import re
 from collections import deque
@@ -16,10 +20,16 @@ from typing import NamedTuple, Optional
 #: A longer segment is no metric line (and is not kept in memory): counted in ``long_skipped``.
 MAX_FRAME = 64 * 1024
 
-_SPLIT = re.compile(rb"[\r\n]")
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[A-Za-z]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][A-Za-z0-9]|[=>78])")
 _UP = re.compile(rb"\x1b\[\d*A")
-_NUMBER = re.compile(rb"[0-9]|nan|inf", re.IGNORECASE)  # a diverged loss prints as nan
+#: What a segment that may be a metric line or a progress bar's frame holds (see lines.py and bars.py),
+#: looked for in the lowercased chunk with ``bytes.find`` (memchr speed; a regex alternation is ten times
+#: slower): a loss, a step, iteration or epoch counter, a dict or JSON object, a bar ("|", a rate "…/s",
+#: "s/it", Rich's "━" and "•"), or the indentation Rich wraps a bar's values with.
+_CANDIDATES = (b"loss", b"step", b"iter", b"epoch", b"{", b"|", b"/s", b"s/it", "\u2501".encode(),
+               "\u2022".encode(), b"\n          ", b"\r          ")
+_DIGIT = re.compile(rb"[0-9]|(?i:nan|inf)")  # a diverged loss prints as nan
+_SEPARATOR = re.compile(rb"[\r\n]")
 
 
 class Segment(NamedTuple):
@@ -36,88 +46,103 @@ def clean(raw: bytes) -> Segment:
 
 
 class FrameSplitter:
-    """Feed bytes as they come; get the segments they complete.
+    """Feed bytes as they come; get the segments they complete that may hold a metric.
 
-    Segments without a digit are not returned (they cannot hold a number) unless ``keep_all``; ``seen``
-    counts every non-empty segment, returned or not, and ``last`` keeps the text of the last few, for the
-    "no metric" report.
+    ``lines`` counts the lines seen (``\\n``), ``long_skipped`` the segments dropped for their length, and
+    ``last`` keeps the text of the last few lines, for the "no metric" report.  ``every_line``: a user's
+    regex decides, so every segment with a digit is returned.
     """
 
-    def __init__(self, max_frame: int = MAX_FRAME, keep_all: bool = False):
+    def __init__(self, max_frame: int = MAX_FRAME, every_line: bool = False):
         self.max_frame = max_frame
-        self.keep_all = keep_all
-        self.seen = 0
+        self.every_line = every_line
+        self.lines = 0
         self.long_skipped = 0
+        self.last: deque = deque(maxlen=5)
         self._rest = b""
         self._dropping = False  # inside a segment longer than max_frame: discard up to its end
-        self.last: deque = deque(maxlen=5)
 
-    def feed(self, data: bytes) -> list[Segment]:
+    def feed(self, data: bytes) -> list:
         if not data:
             return []
-        pieces = _SPLIT.split(data)
-        head = pieces[0]
-        if self._dropping:
-            if len(pieces) == 1:
-                return []
-            self._dropping = False
-            head = b""
-        else:
-            head = self._rest + head
-        self._rest = pieces[-1] if len(pieces) > 1 else head
-        if len(pieces) == 1:
-            self._hold()
+        end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if end == 0:  # no segment ends in this piece
+            if not self._dropping:
+                self._rest += data
+                self._hold()
             return []
-        out: list[Segment] = []
-        self._take(head, out)
-        for raw in pieces[1:-1]:
-            self._take(raw, out)
+        if self._dropping:  # the long segment ends here: its end is discarded too
+            self._dropping = False
+            first = _SEPARATOR.search(data).start()
+            complete, self._rest = data[first + 1:end], data[end:]
+        else:
+            complete, self._rest = self._rest + data[:end], data[end:]
         self._hold()
-        self._remember([head] + pieces[max(1, len(pieces) - 6):-1])
-        return out
+        self.lines += complete.count(b"\n")
+        self._remember(complete)
+        return self._segments(complete)
 
     def peek(self) -> Optional[Segment]:
         """The segment being written, not ended yet (a progress bar's frame ends only when the next one
-        starts with its ``\r``), or None; it stays held, and is returned again once it ends."""
-        if self._dropping or not self._rest or _NUMBER.search(self._rest) is None:
+        starts with its ``\\r``), or None; it stays held, and is returned again once it ends."""
+        rest = self._rest
+        if self._dropping or not rest or (not self.every_line and not _candidate_starts(rest + b"\n")):
             return None
-        return clean(self._rest)
+        return clean(rest) if _DIGIT.search(rest) else None
 
-    def flush(self) -> list[Segment]:
+    def flush(self) -> list:
         """The unterminated rest (the end of the output)."""
         rest, self._rest = self._rest, b""
-        out: list[Segment] = []
-        if not self._dropping:
-            self._take(rest, out)
-            self._remember([rest])
-        self._dropping = False
-        return out
-
-    def _remember(self, pieces: list[bytes]) -> None:
-        for raw in pieces:
-            if raw and len(raw) <= 1024 and not raw.isspace():
-                text = clean(raw).text.strip()
-                if text:
-                    self.last.append(text)
+        dropping, self._dropping = self._dropping, False
+        if dropping or not rest:
+            return []
+        self.lines += 1
+        self._remember(rest + b"\n")
+        return self._segments(rest + b"\n")
 
     def _hold(self) -> None:
         if len(self._rest) > self.max_frame:
             self.long_skipped += 1
-            self.seen += 1
             self._rest = b""
             self._dropping = True
 
-    def _take(self, raw: bytes, out: list[Segment]) -> None:
-        if not raw:
-            return
-        if len(raw) > self.max_frame:
-            self.long_skipped += 1
-            self.seen += 1
-            return
-        if raw.isspace():
-            return
-        self.seen += 1
-        if self.keep_all or _NUMBER.search(raw) is not None:
-            out.append(clean(raw))
-        elif b"\x1b" in raw and _UP.search(raw) is not None:
-            out.append(Segment("", True))
+    def _segments(self, complete: bytes) -> list:
+        """The candidate segments of ``complete`` (whole segments, each ended by a separator)."""
+        if self.every_line:
+            starts = [0] + [m.end() for m in _SEPARATOR.finditer(complete)][:-1]
+        else:
+            starts = sorted(_candidate_starts(complete))
+        out = []
+        for start in starts:
+            stop = _SEPARATOR.search(complete, start).start()
+            if stop - start > self.max_frame:
+                self.long_skipped += 1
+                continue
+            raw = complete[start:stop]
+            if raw and _DIGIT.search(raw) is not None:
+                out.append(clean(raw))
+        return out
+
+    def _remember(self, complete: bytes) -> None:
+        """The last few non-empty lines of ``complete``, for the report of a run without metrics."""
+        for raw in complete[-4096:].split(b"\n")[-6:]:
+            raw = raw.rsplit(b"\r", 1)[-1] if b"\r" in raw.rstrip(b"\r") else raw.rstrip(b"\r")
+            if raw.strip():
+                text = clean(raw).text.strip()
+                if text:
+                    self.last.append(text)
+
+
+def _candidate_starts(data: bytes) -> set:
+    """Where the segments of ``data`` that hold a candidate word start."""
+    low = data.lower()
+    starts = set()
+    for word in _CANDIDATES:
+        at = low.find(word)
+        while at >= 0:
+            if word[0] in (10, 13):  # the indentation after a line end: the segment starts after it
+                starts.add(at + 1)
+            else:
+                starts.add(max(low.rfind(b"\n", 0, at), low.rfind(b"\r", 0, at)) + 1)
+            at = low.find(word, at + len(word))
+    return starts

@@ -40,7 +40,7 @@ class OutputReader:
         self.sink = sink
         self.regex = regex
         self.clock = clock
-        self.splitter = FrameSplitter()
+        self.splitter = FrameSplitter(every_line=regex is not None)
         self.bar_frames = 0  # frames that held no value
         self._held: dict[str, _Held] = {}
         self._rich: Optional[str] = None  # the Rich bar whose wrapped values may follow
@@ -49,7 +49,7 @@ class OutputReader:
 
     @property
     def lines(self) -> int:
-        return self.splitter.seen
+        return self.splitter.lines
 
     def last_lines(self) -> list[str]:
         return list(self.splitter.last)

@@ -11,6 +11,7 @@ does not stop the reading (the script would block on a full pipe): the logs lose
 import os
 import select
 import threading
+import time
 from typing import Optional
 
 #: Bytes read from a pipe at once.
@@ -19,6 +20,10 @@ CHUNK = 1 << 16
 HOLD_MAX = 1 << 16
 #: Seconds of quiet after which held progress-bar frames are written (see output.OutputReader.idle).
 IDLE_S = 0.25
+#: After a read that found less than a chunk, the pump waits this long before it looks again: a script that
+#: prints line by line would otherwise wake it (two context switches) for every line it writes; meanwhile its
+#: lines gather in the pipe (1 MiB, rank0.PIPE_BYTES) and are read as one chunk.
+GATHER_S = 0.01
 
 
 class _LogCopy:
@@ -95,15 +100,19 @@ class OutputPump:
                         if reader is not None:
                             reader.idle()
                     continue
+                full = False
                 for fd in self._order:
                     if fd in ready:
-                        self._read(fd)
+                        full = self._read(fd) or full
+            if not full:
+                time.sleep(GATHER_S)
 
-    def _read(self, fd: int) -> None:
+    def _read(self, fd: int) -> bool:
+        """Read one chunk of ``fd``; whether it was a whole chunk (more may be waiting)."""
         try:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         log, reader = self._pipes[fd]
@@ -111,7 +120,7 @@ class OutputPump:
             self._open.discard(fd)
             os.close(fd)
             log.flush()
-            return
+            return False
         log.write(data)
         if reader is not None:
             try:
@@ -122,3 +131,4 @@ class OutputPump:
             except Exception as exc:  # a reader's bug must not stop the copying (or block the script)
                 self._pipes[fd] = (log, None)
                 reader.sink.event("warning", message="reading the script's output for metrics failed: %r" % exc)
+        return len(data) == CHUNK
