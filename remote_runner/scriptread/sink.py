@@ -19,6 +19,7 @@ CSV logs) call it from their threads.  It decides, in one place (docs/PROTOCOL.m
   without a step takes the step of the script's progress bar, else the count of such lines;
 - **the end**: a run that gave no metric at all gets a ``no_metrics`` event saying what was seen.
 """
+import functools
 import math
 import re
 import threading
@@ -45,6 +46,7 @@ _SPACES = re.compile(r"\s+")
 _SUMMARY = "summary"  # the owner of the names of the script's closing summary
 
 
+@functools.lru_cache(maxsize=4096)  # a run has a few dozen names, given thousands of times a second
 def canonical(name: str) -> str:
     """The series name of a printed key, a TensorBoard tag or a CSV column."""
     key = _SPACES.sub("_", name.strip().lower())
@@ -70,6 +72,8 @@ def loss_rank(name: str) -> Optional[int]:
 
 
 def _number(value: object) -> Optional[float]:
+    if type(value) is float:  # the common case, thousands of times a second: one test
+        return value if value - value == 0.0 else None  # NaN and ±inf give NaN
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -189,11 +193,13 @@ class MetricSink:
                 self._write(*args)
 
     def release(self, everything: bool = False) -> None:
-        """Write the file values whose wait is over (all of them at the end)."""
+        """Once the first waiting value's wait is over (or at the end), write every value waiting: those that
+        came after it only waited behind it, in file order."""
         with self._lock:
-            now = self.now()
-            while self._held_files and (everything or now - self._held_files[0][0] >= FILE_GRACE_S):
-                self._write(*self._held_files.pop(0)[1])
+            if self._held_files and (everything or self.now() - self._held_files[0][0] >= FILE_GRACE_S):
+                held, self._held_files = self._held_files, []
+                for _, args in held:
+                    self._write(*args)
 
     def claim(self, src: str, values: dict) -> None:
         """A progress bar's frame is held (its values are written when the bar moves on): its names are this

@@ -217,3 +217,18 @@ def test_a_name_only_a_file_gives_is_written_after_the_wait(spool):
     clock[0] = FILE_GRACE_S + 0.01
     sink.release()
     assert [(r["step"], r["loss"], r["src"]) for r in records(spool)] == [(3, 0.4, "csv")]
+
+
+def test_values_that_waited_behind_a_new_name_go_with_it_and_the_next_ones_at_once(spool):
+    clock = [0.0]
+    sink, _ = make_sink(spool, now=lambda: clock[0])
+    for step in range(1, 4):
+        clock[0] = step * 0.1
+        sink.logged("tensorboard", "/x/events.out.tfevents.1", step, {"acc": step / 10})
+    sink.release()
+    assert records(spool) == []  # the first value has waited 0.3 s
+    clock[0] = FILE_GRACE_S + 0.1
+    sink.release()
+    assert [r["step"] for r in records(spool)] == [1, 2, 3]
+    sink.logged("tensorboard", "/x/events.out.tfevents.1", 4, {"acc": 0.4})
+    assert [r["step"] for r in records(spool)] == [1, 2, 3, 4]  # a name already given waits no more
