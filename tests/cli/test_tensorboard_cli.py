@@ -75,7 +75,7 @@ def test_a_damaged_event_file_is_said_and_the_rest_imported(tmp_path):
     rc, out, err = run_cli(["import-tensorboard", str(log_dir)], env)
     assert rc == 0, err
     assert "'plain': 1 series, 4 points" in out and "2 run(s) imported" in out
-    assert f"warning: {event_file}: damaged at byte {first} (1 corrupt stretch(es) skipped); 4 value(s)" in err
+    assert f"warning: {event_file}: damaged at byte {first} (1 damaged record(s) or stretch(es) skipped); 4 value(s)" in err
 
 
 def test_errors_say_what_to_do(tmp_path):

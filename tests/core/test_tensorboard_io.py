@@ -200,12 +200,14 @@ def _damage(path: Path, how: str) -> None:
         bounds.append(pos)
     if how == "corrupt":  # the length of record 3 (of 1 + 10 scalars)
         data[bounds[2]] ^= 0xFF
+    elif how == "data":  # a byte of record 3's value: its data CRC (which TensorBoard's reader checks) fails
+        data[bounds[3] - 6] ^= 0x01
     else:
         data = data[:bounds[-1] - 5]
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", ["corrupt", "truncated"])
+@pytest.mark.parametrize("how", ["corrupt", "data", "truncated"])
 def test_a_damaged_event_file_is_said_and_the_rest_imported(store, tmp_path, how):
     log_dir = tmp_path / "logs"
     for name in ("damaged", "fine"):
@@ -220,9 +222,10 @@ def test_a_damaged_event_file_is_said_and_the_rest_imported(store, tmp_path, how
     runs = {r.run.name: r.run for r in result.imported}
     assert _series(store, runs["fine"].id, "loss") == [(s, s + 0.5) for s in range(10)]
     damaged = _series(store, runs["damaged"].id, "loss")
-    if how == "corrupt":  # record 3 (step 2) lost; TensorBoard's reader stops there, the rest is read past it
+    if how != "truncated":  # record 3 (step 2) lost; TensorBoard's reader stops there, the rest is read past it
         assert damaged == [(s, s + 0.5) for s in range(10) if s != 2]
-        assert "damaged at byte" in result.warnings[0] and "7 value(s) after the damage" in result.warnings[0]
+        assert "damaged at byte" in result.warnings[0] and "(1 damaged record(s) or stretch(es) skipped); 7 " \
+            "value(s) after the damage were read" in result.warnings[0]
     else:
         assert damaged == [(s, s + 0.5) for s in range(9)]
         assert "a record cut short" in result.warnings[0]
