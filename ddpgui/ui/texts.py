@@ -1,6 +1,8 @@
-"""Error texts as the windows show them (Qt-free): no exception class names, no ``got ''`` for an empty field."""
+"""Error texts as the windows show them (Qt-free): no exception class names, no ``got ''`` for an empty field;
+plain text put into rich text."""
 from __future__ import annotations
 
+import html
 import re
 
 #: ``HostUnreachable: ``, ``ddpgui.core.x.TargetError: ``: a class name, not words for the user.
@@ -28,3 +30,8 @@ def required_or(label: str, message: str) -> str:
         rule = _EMPTY.sub("", rest).removeprefix("must be ").strip()
         return f"{label} is required" + (f" ({rule})" if rule else "")
     return message
+
+
+def as_rich(text: str) -> str:
+    """Plain text as it reads in a rich-text label or tooltip (``<``, ``>`` and ``&`` escaped, quotes kept)."""
+    return html.escape(text, quote=False)

@@ -14,13 +14,17 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QFont, QTextOption
 from PySide6.QtWidgets import QFileDialog
 
 from ddpgui.core.runs.live import format_number
 
 from .buffer import SeriesBuffer
 
+#: What an empty plot says unless told otherwise (:meth:`LivePlot.set_placeholder`).
+WAITING = "waiting for the first points"
+#: The smallest font a long placeholder text is set in before it is cut short.
+PLACEHOLDER_MIN_PT = 8.0
 PALETTE = ("#4c8df6", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
            "#9c755f", "#bab0ac")
 
@@ -142,7 +146,9 @@ class LivePlot(pg.PlotWidget):
         self._vline = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888", style=Qt.PenStyle.DashLine))
         self._readout = pg.TextItem(anchor=(0, 1), color="#888")
         #: Said in the empty plot (no points yet: a run starting or compiling); hidden once a curve has points.
-        self.placeholder = pg.TextItem("waiting for the first points", anchor=(0.5, 0.5), color="#888")
+        self.placeholder = pg.TextItem(WAITING, anchor=(0.5, 0.5), color="#888")
+        self.placeholder_text = WAITING  # all of it (what is shown may be cut short to fit)
+        self.placeholder.textItem.document().setDefaultTextOption(QTextOption(Qt.AlignmentFlag.AlignCenter))
         for overlay in (self._vline, self._readout, self.placeholder):
             overlay.setVisible(False)
             item.addItem(overlay, ignoreBounds=True)
@@ -151,6 +157,7 @@ class LivePlot(pg.PlotWidget):
         view.sigXRangeChanged.connect(self._on_view_moved)
         view.sigResized.connect(self._on_view_moved)
         view.sigResized.connect(lambda *_: self.legend.fit(view.width()))
+        view.sigResized.connect(self._fit_placeholder)
         menu = view.menu
         menu.addSeparator()
         for fmt in ("PNG", "SVG"):
@@ -184,6 +191,42 @@ class LivePlot(pg.PlotWidget):
         self.curves.clear()
         self._dirty.clear()
         self._drawn.clear()
+
+    def set_placeholder(self, text: str | None) -> None:
+        """What the plot says while no curve has a point (None: "waiting for the first points"); a long text
+        wraps to the plot's width, in a smaller font where the plot is low, cut short with "…" as the last resort."""
+        text = text or WAITING
+        if text != self.placeholder_text:
+            self.placeholder_text = text
+            self._fit_placeholder()
+            self._view_moved = True  # placed again at the next redraw
+
+    def _fit_placeholder(self, *_: object) -> None:
+        view = self.getPlotItem().getViewBox()
+        width, height = 0.9 * view.width(), 0.9 * view.height()
+        item, text = self.placeholder.textItem, self.placeholder_text
+        font = QFont(self.font())
+        item.setFont(font)
+        self.placeholder.setText(text)
+
+        def fits(shown: str) -> bool:
+            item.setPlainText(shown)
+            item.setTextWidth(-1)
+            if width > 0 and item.boundingRect().width() > width:
+                item.setTextWidth(width)
+            return height <= 0 or item.boundingRect().height() <= height
+
+        while not fits(text) and font.pointSizeF() > PLACEHOLDER_MIN_PT:
+            font.setPointSizeF(font.pointSizeF() - 1)
+            item.setFont(font)
+        if not fits(text):  # the longest start of the text, in whole words, that fits
+            words = text.split(" ")
+            low, high = 1, len(words)
+            while low < high:
+                middle = (low + high + 1) // 2
+                low, high = (middle, high) if fits(" ".join(words[:middle]) + " …") else (low, middle - 1)
+            fits(" ".join(words[:low]) + " …")
+        self.placeholder.updateTextPos()
 
     def mark_dirty(self, key: str | None = None) -> None:
         self._dirty.update(self.curves if key is None else (key,))

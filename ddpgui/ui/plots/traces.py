@@ -37,6 +37,9 @@ class RunTrace:
         self.color = color
         self.name = run_id
         self.script = False  # the user's own script: it may print no throughput, and its length may be unknown
+        #: A script's or an imported run's records each hold some of its series (a bar's frame, an evaluation, a
+        #: TensorBoard step): its loss curve has a point where a record holds the loss, no gap where one does not.
+        self.sparse = False
         self.live = LiveRun()
         self.t0: float | None = None
         self.loaded = False
@@ -74,6 +77,7 @@ class RunTrace:
         cfg = run.config or {}
         self.name = run.name or run.id
         self.script = cfg.get("mode") == "script"
+        self.sparse = cfg.get("mode") in ("script", "imported")
         self.live = LiveRun.of_run(run)  # its length, state, summary, and start and end (elapsed: run_elapsed_s)
         self.nodes = data.nodes
         if (run.environment or {}).get("gpu"):
@@ -92,18 +96,22 @@ class RunTrace:
                 train = phase != "inference"
             t = metrics["t"][train]
             loss = metrics.get("loss", np.full(len(train), np.nan))[train]
-            self.loss_step_t.extend(steps[train], t)
-            self.loss.extend(steps[train] if x_axis == "step" else self.time_x(t, x_axis), loss)
+            given = np.isfinite(loss) if self.sparse else np.ones(len(loss), dtype=bool)
+            self.loss_step_t.extend(steps[train][given], t[given])
+            self.loss.extend((steps[train] if x_axis == "step" else self.time_x(t, x_axis))[given], loss[given])
             rate = metrics.get("samples_per_s")
             if rate is not None:
                 self.throughput.extend(self.time_x(t, x_axis), rate[train])
             self.live.step = int(steps[-1])
-            for key in ("loss", "samples_per_s", "mem_peak_gib"):
-                if key in metrics and metrics[key].dtype == np.float64 and metrics[key][-1] == metrics[key][-1]:
-                    setattr(self.live, key, float(metrics[key][-1]))
+            for key in ("loss", "samples_per_s", "mem_peak_gib"):  # the last value given: a script's last
+                column = metrics.get(key)  # record may hold an evaluation's values only
+                finite = np.flatnonzero(np.isfinite(column)) if column is not None and column.dtype == np.float64 else ()
+                if len(finite):
+                    setattr(self.live, key, float(column[finite[-1]]))
             self.live.started_t = float(metrics["t"][0])
             self.live.last_t = float(metrics["t"][-1])
             self.live.first_metric = (float(metrics["t"][0]), int(steps[0]))
+            self._last_bar(metrics)
             warmup = metrics.get("warmup")
             past = np.ones(len(t), dtype=bool) if warmup is None else np.array(
                 [v is False or v == 0 for v in warmup[train].tolist()], dtype=bool)
@@ -118,6 +126,22 @@ class RunTrace:
                 self._load_telemetry(columns, x_axis, warm_t, node)
         self.set_logs(data.logs)
         self.loaded = True
+
+    def _last_bar(self, metrics: dict[str, np.ndarray]) -> None:
+        """A script's progress bar as its last stored frame drew it (position, total, ETA), as live records set it."""
+        totals = metrics.get("bar_total")
+        drawn = np.flatnonzero(np.isfinite(totals)) if totals is not None and totals.dtype == np.float64 else ()
+        if not len(drawn):
+            return
+        i = int(drawn[-1])
+
+        def value(key: str) -> float | None:
+            column = metrics.get(key)
+            ok = column is not None and column.dtype == np.float64 and np.isfinite(column[i])
+            return float(column[i]) if ok else None
+
+        n = value("printed_step")
+        self.live.bar = (n if n is not None else int(metrics["step"][i]), float(totals[i]), value("eta_s"))
 
     def _recent_rates(self, metrics: dict[str, np.ndarray], train: np.ndarray) -> None:
         """The header's windowed throughput of a run re-selected while live: its last stored records, replayed."""
@@ -178,9 +202,10 @@ class RunTrace:
             if spool == METRICS and rec.get("step") is not None and rec.get("phase") != "inference":
                 t = time.time() if t is None else t
                 loss = rec.get("loss")
-                self.loss_step_t.append(rec["step"], t)
-                self.loss.append(rec["step"] if x_axis == "step" else self.time_x(t, x_axis),
-                                 np.nan if loss is None else loss)
+                if not self.sparse or (loss is not None and np.isfinite(loss)):
+                    self.loss_step_t.append(rec["step"], t)
+                    self.loss.append(rec["step"] if x_axis == "step" else self.time_x(t, x_axis),
+                                     np.nan if loss is None else loss)
                 if rec.get("samples_per_s") is not None:
                     self.throughput.append(self.time_x(t, x_axis), rec["samples_per_s"])
                 metrics_changed = True

@@ -6,6 +6,7 @@ twice or lost.  Curves redraw on a timer (at most 20 Hz) as exact per-pixel enve
 A multi-node run shows each node's telemetry ("node 1 GPU 0"), each node's state in
 the header, and one node's log tail at a time (node 0 first).  A Slurm run waiting in the queue
 shows its job and the reason instead of its progress, and its nodes by their Slurm names once placed.
+A script's series (where each came from, a run without a metric, the loss chosen) are :mod:`.run_series`'s.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
 from .dashboard_header import ElidedLabel, StallLine, never_widening
 from .log_tail import LogTail, read_inline
+from .run_series import RunSeries
 from .slurm_view import queued_text, slurm_node_line, slurm_of
 
 #: Redraw period: at most 20 Hz whatever the data rate.
@@ -89,6 +91,7 @@ class Dashboard(QWidget):
         self.rate_plot = LivePlot("Throughput", "samples/s", "elapsed (s)")
         self.device_plot = LivePlot("Device", "", "elapsed (s)")
         self.plots = (self.loss_plot, self.rate_plot, self.device_plot)
+        self.series = RunSeries(self, self._read)  # where each series came from, no metric, the loss chosen
 
         self.log_tail = LogTail(store, self._read)
         self.log, self.log_find, self.log_node = self.log_tail.log, self.log_tail.find_box, self.log_tail.node_box
@@ -110,6 +113,7 @@ class Dashboard(QWidget):
         head.addWidget(self.nodes, 3, 0, 1, 3)
         head.addWidget(self.error, 4, 0, 1, 3)
         head.addWidget(self.advice, 5, 0, 1, 3)
+        head.addWidget(self.series.warning, 6, 0, 1, 3)
         head.setColumnStretch(0, 1)
         self.options = QWidget()
         options = QHBoxLayout(self.options)
@@ -119,6 +123,7 @@ class Dashboard(QWidget):
         options.addWidget(QLabel("Smoothing"))
         options.addWidget(self.smoothing)
         options.addWidget(self.log_y)
+        options.addWidget(self.series.button)
         options.addStretch(1)
         options.addWidget(self.device_metric)
         plots = QGridLayout()
@@ -183,8 +188,18 @@ class Dashboard(QWidget):
         self._show_empty(not self.traces)
         self._rebuild_curves(reset_view=bool(new))
         self._header_dirty = True
+        self.series.show_run(self.run_id)
         for trace in new:
             self._load(trace)
+
+    def reload_run(self, run_id: str) -> None:
+        """Read a shown run again from the store (its loss series was chosen again); live updates meanwhile wait."""
+        old = self.traces.get(run_id)
+        if old is None:
+            return
+        self.traces[run_id] = RunTrace(run_id, old.color, old.alpha)
+        self._rebuild_curves()
+        self._load(self.traces[run_id])
 
     def _load(self, trace: RunTrace) -> None:
         def failed(exc: Exception) -> None:
@@ -209,6 +224,7 @@ class Dashboard(QWidget):
         self.slurm.update({trace.run_id: slurm_of(data.run)} if slurm_of(data.run) else {})
         if trace.run_id == self.run_id:
             self.log_tail.show_trace(trace)
+            self.series.refresh(trace.run_id)
         pending, trace.pending = trace.pending, []
         for update in pending:  # what arrived while the store was read: only records it did not have
             records = {s: [r for r in recs if r.get("seq", 0) > data.last_seq.get((s, update.node), -1)]
@@ -365,6 +381,7 @@ class Dashboard(QWidget):
                 self.device_plot.mark_dirty()
         if trace.run_id == self.run_id:
             self.log_tail.on_update(update)
+            self.series.on_update(trace.run_id, update)
         changed = False  # the run's state or message (not just its last step)
         if update.run is not None:
             live, run = trace.live, update.run
@@ -439,6 +456,11 @@ class Dashboard(QWidget):
         self.advice.setVisible(bool(hint))
         if hint:
             self.advice.setText(hint)
+
+    def header_details(self, details: str) -> None:
+        """Rich text the header's tooltip shows under its lines (the primary run's series and their sources)."""
+        for label in (self.title, self.stats):
+            label.set_details(details)
 
     def find_in_log(self) -> bool:
         return self.log_tail.find()

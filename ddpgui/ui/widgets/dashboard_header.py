@@ -2,12 +2,16 @@
 
 :class:`ElidedLabel` keeps its full text (``text()`` and the tooltip hold it) and paints as much as fits with
 "…"; its size hints ask for no width, so however long the header gets, the layout (and the window) keeps its size.
+Details given with :meth:`ElidedLabel.set_details` (rich text: a run's series and their sources) follow the full
+text in the tooltip.
 """
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStyleOption
+
+from ..texts import as_rich
 
 #: Width an elided label asks for: enough for a few characters and "…".
 MIN_WIDTH = 40
@@ -22,12 +26,19 @@ class ElidedLabel(QLabel):
         super().__init__(text, parent, **kwargs)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setTextFormat(Qt.TextFormat.PlainText)
+        self.details = ""
         self.setText(text)
 
     def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
         if text != self.text():
             super().setText(text)
-        self.setToolTip(text)
+        self.setToolTip(f"<qt>{as_rich(text)}<hr>{self.details}</qt>" if self.details else text)
+
+    def set_details(self, details: str) -> None:
+        """Rich text shown in the tooltip under the full text ("": the full text alone)."""
+        if details != self.details:
+            self.details = details
+            self.setText(self.text())
 
     def elided(self) -> str:
         """The text as painted now."""
