@@ -9,9 +9,11 @@ from PySide6.QtCore import QEvent, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
+    QFrame,
     QInputDialog,
     QMainWindow,
     QMessageBox,
+    QScrollArea,
     QSplitter,
     QSystemTrayIcon,
     QTabWidget,
@@ -30,6 +32,7 @@ from remote_runner.status import FINAL_STATES
 
 from .bridge import RunUpdates
 from .dialogs.host_key import ChangedHostKeyDialog
+from .dialogs.parse_log import ParseLogDialog, try_reading
 from .dialogs.sweep import SweepDialog
 from .gpu_watch import GpuWiring
 from .menus import build_menus
@@ -84,7 +87,10 @@ class MainWindow(QMainWindow):
         self.dashboard = Dashboard(self.store, loader=self.workers.start)
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.hosts_panel)
-        left.addWidget(self.launch_panel)
+        form = QScrollArea(objectName="launch_scroll", widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        form.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        form.setWidget(self.launch_panel)  # a script's Advanced settings are taller than a small window
+        left.addWidget(form)
         left.setSizes([260, 560])
         self.tabs = QTabWidget(objectName="main_tabs")
         self.tabs.addTab(self.dashboard, "Dashboard")
@@ -113,6 +119,9 @@ class MainWindow(QMainWindow):
         self.runs_table.runs_selected.connect(self.dashboard.set_runs)
         self.runs_table.action_requested.connect(self.run_action)
         self.dashboard.stop_requested.connect(lambda run_id: self.stop_runs([run_id]))
+        self.dashboard.series.message.connect(lambda text: self.statusBar().showMessage(text, 10000))
+        self.dashboard.series.run_changed.connect(self.runs_table.model.update_run)  # a loss chosen: its summary
+        self.launch_panel.reading.requested.connect(self.try_reading_log)
         self.updates.received.connect(self._on_update)
         self.sweeps.compare_requested.connect(self.compare_sweep)
         self.sweeps.progress_changed.connect(self.compare.on_sweep_progress)  # "(done)" in its chooser at once
@@ -298,6 +307,14 @@ class MainWindow(QMainWindow):
             return
         self.workers.start(launch_run, self.manager, host, settings, self.launch_panel.post_progress,
                            on_yield=self.launch_panel.show_warnings, on_return=done, on_error=failed)
+
+    def try_reading_log(self, path: str) -> ParseLogDialog:
+        """The launch form's Try reading a log…: ``path`` read on a worker with the form's regex and loss series;
+        the series the user picks there becomes the form's Loss series."""
+        reading = self.launch_panel.reading
+        dialog = try_reading(self, self.workers.start, path, *reading.options())
+        dialog.loss_chosen.connect(reading.loss_series.setText)
+        return dialog
 
     def show_run(self, run_id: str) -> None:
         if run_id not in self.dashboard.run_ids:

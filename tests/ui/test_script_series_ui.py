@@ -248,3 +248,17 @@ def test_the_header_shows_the_scripts_own_bar_and_its_eta(qtbot, board, store):
     store_run(store, "plain", SCRIPT, plain, state="running")
     _shown(qtbot, board, "plain")  # a script without a bar: no made-up total, no ETA
     assert "bar" not in board.stats.text() and "ETA" not in board.stats.text()
+
+
+def test_in_the_window_a_choice_is_said_in_the_status_bar_and_the_table_keeps_the_new_record(window, qtbot):
+    store_capture_run(window.store, "light", "lightning_tqdm")
+    window.runs_table.model.reload()
+    window.runs_table.select_runs(["light"])
+    window.show_run("light")
+    board = window.dashboard
+    qtbot.waitUntil(lambda: board.series.facts is not None and board.series.facts.run_id == "light", timeout=WAIT)
+    _menu_actions(board)["loss_choice:val_loss"].trigger()
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "lightning_tqdm 2x: the loss is now val_loss "
+                    "(your choice)", timeout=WAIT)
+    model = window.runs_table.model
+    assert model.runs[model.row_of("light")].loss_series == "val_loss"

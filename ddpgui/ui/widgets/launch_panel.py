@@ -48,6 +48,7 @@ from remote_runner.probe import precision_problems as probe_precision_problems
 from .field_marks import FieldMarks
 from .gpu_picker import GpuPicker
 from .launch_tips import apply_tips
+from .script_reading import ScriptReading
 from .slurm_view import (
     MAX_NODES_UNKNOWN,
     ElidedLabel,
@@ -88,6 +89,7 @@ class LaunchPanel(FieldMarks, QWidget):
         self.script_entry = QLineEdit("train.py")
         self.script_args = QLineEdit(placeholderText="--epochs 3 --lr 1e-3")
         self.metric_regex = QLineEdit(placeholderText=r"optional, e.g. loss[=: ]+(?P<loss>[\d.eE+-]+)")
+        self.reading = ScriptReading(self.metric_regex, self)  # Advanced, for a script: loss series, try a log
         self.nproc = QSpinBox(objectName="nproc", minimum=1, maximum=2, value=2)
         self.nproc_label = ElidedLabel()
         self.gpu_picker = GpuPicker()  # "GPUs": all visible, any N free, or chosen (the processes follow)
@@ -132,8 +134,10 @@ class LaunchPanel(FieldMarks, QWidget):
         for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
-                              ("Environment", self.env)):
+                              ("Environment", self.env), ("Loss series", self.reading.loss_series),
+                              ("", self.reading.button)):
             adv.addRow(label, widget)
+        self.advanced_form = adv
         self.advanced.toggled.connect(self.advanced_body.setVisible)
         self.error = QLabel(objectName="error_label", wordWrap=True)
         self.hint = QLabel(objectName="hint_label", wordWrap=True)
@@ -208,7 +212,7 @@ class LaunchPanel(FieldMarks, QWidget):
                        self.metric_regex.textChanged, self.lr.valueChanged, self.grad_accum.valueChanged,
                        self.num_workers.valueChanged, self.seed.valueChanged, self.backend.currentTextChanged,
                        self.warmup.valueChanged, self.env.textChanged, self.optimizer.currentTextChanged,
-                       self.gpu_picker.changed):
+                       self.gpu_picker.changed, self.reading.loss_series.textChanged):
             signal.connect(self.validate)
         self._progress.connect(self.show_progress, Qt.ConnectionType.QueuedConnection)
         apply_tips(self)
@@ -327,6 +331,8 @@ class LaunchPanel(FieldMarks, QWidget):
                             grad_accum=self.grad_accum.value(), num_workers=self.num_workers.value(),
                             seed=self.seed.value(), backend=self.backend.currentText(),
                             warmup_steps=self.warmup.value(), env=env)
+            if "script" in settings and self.reading.value():
+                settings["script"]["loss_series"] = self.reading.value()
         return settings
 
     def apply_settings(self, settings: dict) -> None:
@@ -339,6 +345,7 @@ class LaunchPanel(FieldMarks, QWidget):
             self.script_entry.setText(script.get("entry", "train.py"))
             self.script_args.setText(shlex.join(script.get("args") or []))
             self.metric_regex.setText(script.get("metric_regex") or "")
+            self.reading.loss_series.setText(script.get("loss_series") or "")
         self.nproc.setValue(int(settings.get("nproc_per_node", 1)))
         self.nnodes.setValue(int(settings.get("nnodes", 1)))
         self.gpu_picker.set_value(settings.get("gpu_choice") or settings.get("gpus"))  # "free:2" picks again
@@ -366,12 +373,14 @@ class LaunchPanel(FieldMarks, QWidget):
                 setter(settings[key])
         if settings.get("env"):
             self.env.setPlainText("\n".join(f"{k}={v}" for k, v in settings["env"].items()))
-        self.advanced.setChecked(any(k in settings for k in advanced))
+        self.advanced.setChecked(any(k in settings for k in advanced) or bool(script and script.get("loss_series")))
         self.validate()
 
     def validate(self) -> bool:
         """Inline validation through the runner's own config check; returns whether Launch may go."""
         self.script_box.setVisible(self.workload.currentText() == SCRIPT)
+        for widget in (self.reading.loss_series, self.reading.button):
+            self.advanced_form.setRowVisible(widget, self.workload.currentText() == SCRIPT)
         self._offer_script_length(self.workload.currentText() == SCRIPT)
         nnodes = self.nnodes.value() if self.cluster is not None else len(self.nodes)
         world = self.nproc.value() * nnodes
