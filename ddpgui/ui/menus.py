@@ -14,6 +14,8 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QMessageBox
 
+from .tensorboard_io import export_to_tensorboard, import_tensorboard_folder
+
 #: The shortcuts the Help menu lists (keys, what they do); the window's own actions use the same keys.
 SHORTCUTS = (
     ("Ctrl+Return", "Launch the run in the launch form"),
@@ -75,6 +77,10 @@ def build_menus(window) -> None:
     file_menu.addAction("Import hosts from ~/.ssh/config…", lambda: window.hosts_panel.import_ssh()).setObjectName(
         "menu_import_ssh")
     file_menu.addAction("Export selected runs as CSV…", lambda: export_selected(window)).setObjectName("menu_export")
+    file_menu.addAction("Export selected runs to TensorBoard…", lambda: export_to_tensorboard(window)).setObjectName(
+        "menu_export_tensorboard")
+    file_menu.addAction("Import TensorBoard folder…", lambda: import_tensorboard_folder(window)).setObjectName(
+        "menu_import_tensorboard")
     file_menu.addSeparator()
     file_menu.addAction("Quit", QKeySequence("Ctrl+Q"), window.close).setObjectName("menu_quit")
     view_menu = bar.addMenu("&View")
