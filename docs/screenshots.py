@@ -7,7 +7,10 @@ Then it opens the real main window, starts a live run and grabs the window (docs
 Compare tab with the sweep (docs/compare.png).  ``--gpus-only`` makes just the GPUs tab's pictures
 (docs/gpus.png, docs/fleet.png): This computer sampled for real, beside a host profile "lab-a40" fed the
 snapshot of the real 8x A40 capture of tests/fixtures/gpu (a machine shared by several jobs; its owners were not
-captured, so they read "?").  Run it under a display (Xvfb is enough:
+captured, so they read "?").  ``--script-only`` makes the pictures of a user's own script
+(docs/script_run.png, docs/parse_log.png): the Lightning script of tests/fixtures/scriptlogs/scripts run for real
+from the launch form in a copy of its folder, its series' sources in the Loss series menu, and its own stdout.log
+read by the launch form's Try reading a log….  Run it under a display (Xvfb is enough:
 ``Xvfb :99 -screen 0 1600x1000x24 & DISPLAY=:99 QT_QPA_PLATFORM=xcb python docs/screenshots.py``).
 """
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,12 +150,58 @@ def gpu_shots() -> None:
     shots.close()
 
 
+def script_shots() -> None:
+    """docs/script_run.png (a real Lightning run of your own, its Loss series menu open: each series and where it
+    came from) and docs/parse_log.png (Try reading a log… on that run's stdout.log)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QScrollArea
+
+    from ddpgui.ui.dialogs.parse_log import ParseLogDialog
+    from ddpgui.ui.widgets.launch_panel import SCRIPT
+
+    folder = Path(tempfile.mkdtemp()) / "lightning"  # it writes logs/ where it runs: not into the repository
+    shutil.copytree(REPO / "tests" / "fixtures" / "scriptlogs" / "scripts", folder)
+    shots = Shots()
+    window, store, pump = shots.window, shots.store, shots.pump
+    pump(8)  # This computer's probe
+    panel = window.launch_panel
+    panel.workload.setCurrentText(SCRIPT)
+    panel.script_dir.setText(str(folder))
+    panel.script_entry.setText("lightning_bar.py")
+    panel.script_args.setText("--bar tqdm")
+    panel.nproc.setValue(2)
+    panel.launch_button.click()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and window.dashboard.run_id is None:
+        pump(0.2)
+    run_id = window.dashboard.run_id
+    while time.monotonic() < deadline and store.get_run(run_id).active:
+        pump(0.5)
+    pump(3)
+    board = window.dashboard
+
+    def grab_menu() -> None:  # the window and the open menu over it, as the screen shows them
+        shots.app.primaryScreen().grabWindow(0, *window.frameGeometry().getRect()).save(str(DOCS / "script_run.png"))
+        board.series.menu.close()
+
+    QTimer.singleShot(1500, grab_menu)
+    board.series.button.showMenu()  # returns once the menu is closed
+    pump(1)
+    panel.advanced.setChecked(True)
+    window.findChild(QScrollArea, "launch_scroll").ensureWidgetVisible(panel.reading.button)
+    window.try_reading_log(str(Path(store.get_run(run_id).run_dirs[0]) / "stdout.log"))
+    pump(4)
+    window.findChild(ParseLogDialog).grab().save(str(DOCS / "parse_log.png"))
+    shots.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (to try the script)")
     parser.add_argument("--single", default=os.path.join(tempfile.gettempdir(), "ddpgui-single-column"),
                         help="where the single-column figures go, to look at (default: a temporary folder)")
     parser.add_argument("--gpus-only", action="store_true", help="only the GPUs tab's pictures")
+    parser.add_argument("--script-only", action="store_true", help="only the pictures of a script of your own")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddpgui-shots-") as tmp:
         os.environ.update(DDPGUI_DATA_DIR=os.path.join(tmp, "data"), DDPGUI_CONFIG_DIR=os.path.join(tmp, "config"),
@@ -160,9 +210,14 @@ def main() -> int:
             gpu_shots()
             print("wrote", DOCS / "gpus.png", DOCS / "fleet.png")
             return 0
+        if args.script_only:
+            script_shots()
+            print("wrote", DOCS / "script_run.png", DOCS / "parse_log.png")
+            return 0
         sweep_id = sweep_and_figures(60 if args.quick else 400, Path(args.single))
         window_shots(sweep_id, 300 if args.quick else 3000)
         gpu_shots()
+        script_shots()
     print("wrote", DOCS / "screenshot.png", DOCS / "compare.png", DOCS / "figures", "and", args.single)
     return 0
 
