@@ -1,7 +1,9 @@
 """Rank 0's output, apart from the other ranks': what the supervisor reads a script's metrics from.
 
-Before a script-mode run starts, the supervisor makes two FIFOs in the run directory and sets
-``DDPGUI_SCRIPT_OUTPUT`` to that directory in torchrun's environment.  Each rank's entry calls
+Before a script-mode run starts, the supervisor makes two FIFOs in a private folder of the host's local temp
+directory (a run directory on NFS, or a file system without FIFOs, is no place for them: then the run
+directory is tried) and sets ``DDPGUI_SCRIPT_OUTPUT`` to that folder and ``DDPGUI_SCRIPT_FILES`` to the run
+directory in torchrun's environment.  Each rank's entry calls
 :func:`attach_rank0`: global rank 0 points its stdout and stderr (file descriptors 1 and 2, so what its
 C++ side and its forked DataLoader workers print too) at the FIFOs and notes the log files it writes
 (:func:`.files.note_written_files`); every other rank prints to torchrun's output as before.  The
@@ -10,10 +12,11 @@ supervisor copies what comes through the FIFOs to stdout.log and stderr.log and 
 import fcntl
 import os
 import stat
+import tempfile
 from typing import Optional
 
-#: The environment variable that tells a rank where its run directory's FIFOs are.
-OUTPUT_ENV = "DDPGUI_SCRIPT_OUTPUT"
+#: The environment variables that tell a rank where the FIFOs are, and where to note the log files it writes.
+OUTPUT_ENV, FILES_ENV = "DDPGUI_SCRIPT_OUTPUT", "DDPGUI_SCRIPT_FILES"
 #: The FIFOs' names in the run directory.
 STDOUT_FIFO, STDERR_FIFO = "rank0.stdout.fifo", "rank0.stderr.fifo"
 #: Room in each FIFO (Linux ``F_SETPIPE_SZ``; an unprivileged process may ask up to 1 MiB): a script that
@@ -22,9 +25,16 @@ PIPE_BYTES = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
-def make_fifos(run_dir: str) -> tuple[str, str]:
-    """Create (again) the two FIFOs, mode 0600; returns their paths."""
-    paths = []
+def make_fifos(run_dir: str) -> str:
+    """Create the two FIFOs, mode 0600, in a new private folder of the local temp directory, else in
+    ``run_dir``; returns the folder."""
+    try:
+        folder = tempfile.mkdtemp(prefix="ddpgui-rank0-")
+        for name in (STDOUT_FIFO, STDERR_FIFO):
+            os.mkfifo(os.path.join(folder, name), 0o600)
+        return folder
+    except OSError:
+        pass
     for name in (STDOUT_FIFO, STDERR_FIFO):
         path = os.path.join(run_dir, name)
         try:
@@ -33,14 +43,19 @@ def make_fifos(run_dir: str) -> tuple[str, str]:
                 os.mkfifo(path, 0o600)
         except FileNotFoundError:
             os.mkfifo(path, 0o600)
-        paths.append(path)
-    return paths[0], paths[1]
+    return run_dir
 
 
-def remove_fifos(run_dir: str) -> None:
+def remove_fifos(folder: str, run_dir: str) -> None:
+    """Remove the FIFOs, and their folder when it is not the run directory."""
     for name in (STDOUT_FIFO, STDERR_FIFO):
         try:
-            os.unlink(os.path.join(run_dir, name))
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
+    if folder != run_dir:
+        try:
+            os.rmdir(folder)
         except OSError:
             pass
 
@@ -65,11 +80,11 @@ def attach_rank0(environ: Optional[dict] = None) -> bool:
     on, its metrics then unread rather than the script broken.
     """
     environ = os.environ if environ is None else environ
-    run_dir = environ.pop(OUTPUT_ENV, None)
-    if not run_dir or environ.get("RANK", "0") != "0":
+    folder, run_dir = environ.pop(OUTPUT_ENV, None), environ.pop(FILES_ENV, None)
+    if not folder or environ.get("RANK", "0") != "0":
         return False
     try:
-        fds = [os.open(os.path.join(run_dir, name), os.O_WRONLY | os.O_NONBLOCK)
+        fds = [os.open(os.path.join(folder, name), os.O_WRONLY | os.O_NONBLOCK)
                for name in (STDOUT_FIFO, STDERR_FIFO)]
     except OSError:
         return False
@@ -80,8 +95,9 @@ def attach_rank0(environ: Optional[dict] = None) -> bool:
         os.close(fd)
     from .files import note_written_files
 
-    try:
-        note_written_files(run_dir)
-    except OSError:
-        pass
+    if run_dir:
+        try:
+            note_written_files(run_dir)
+        except OSError:
+            pass
     return True

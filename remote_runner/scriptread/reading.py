@@ -34,6 +34,7 @@ class ScriptReading:
         self._pump: Optional[OutputPump] = None
         self._holds: list = []
         self._fifos: dict = {}
+        self._folder = run_dir  # where the FIFOs are (see rank0.make_fifos)
 
     def _event(self, event: str, /, **fields: object) -> None:
         append_event(self.run_dir, event, **fields)
@@ -46,12 +47,13 @@ class ScriptReading:
         redraws a bar at most every 0.1 s, so a line printed after a fast step (Transformers' log dict) would
         get the step of a frame drawn a few steps before, ``TQDM_MININTERVAL=0.01`` lets a bar show every step
         up to 100 steps a second (at most 100 frames a second, a few KB)."""
-        out_path, err_path = rank0.make_fifos(self.run_dir)
-        for name, path in (("stdout", out_path), ("stderr", err_path)):
-            read_fd, hold_fd = rank0.open_reader(path)
+        self._folder = rank0.make_fifos(self.run_dir)
+        for name, fifo in (("stdout", rank0.STDOUT_FIFO), ("stderr", rank0.STDERR_FIFO)):
+            read_fd, hold_fd = rank0.open_reader(os.path.join(self._folder, fifo))
             self._fifos[name] = read_fd
             self._holds.append(hold_fd)
-        env[rank0.OUTPUT_ENV] = self.run_dir
+        env[rank0.OUTPUT_ENV] = self._folder
+        env[rank0.FILES_ENV] = self.run_dir
         env.setdefault("TTY_COMPATIBLE", "1")
         env.setdefault("TQDM_MININTERVAL", "0.01")
 
@@ -71,7 +73,7 @@ class ScriptReading:
         if self._pump is not None:
             self._pump.join(DRAIN_S)
             self._pump = None
-        rank0.remove_fifos(self.run_dir)
+        rank0.remove_fifos(self._folder, self.run_dir)
 
     def attempt_failed(self) -> None:
         """torchrun could not be started: nothing will read the FIFOs."""
@@ -79,7 +81,7 @@ class ScriptReading:
         for fd in self._fifos.values():
             os.close(fd)
         self._fifos = {}
-        rank0.remove_fifos(self.run_dir)
+        rank0.remove_fifos(self._folder, self.run_dir)
 
     def close(self) -> None:
         """The run has ended: the files' last records, then the no-metric report when nothing was read."""

@@ -12,9 +12,10 @@ CSV logs) call it from their threads.  It decides, in one place (docs/PROTOCOL.m
   same name are counted, not written (the run shows a value once), and named in a ``series`` event.  A file
   log's first values of a name wait ``FILE_GRACE_S``, so the script's printed output (live, read at once)
   keeps a name both give, whichever is read first;
-- **the run's loss**: written under ``loss`` (``script.loss_series`` when the user chose one, else the first
-  series whose name is, by preference, ``loss``, ``train_loss``, ``training_loss``, … any loss that is not a
-  validation/evaluation/test one); the series it came from is named in its ``series`` event;
+- **the run's loss**: written under ``loss`` (``script.loss_series`` when the user chose one, else the series
+  whose name is, by preference, ``loss``, ``train_loss``, ``training_loss``, … any loss that is not a
+  validation/evaluation/test one: the best name seen so far, so a better one that comes later takes over from
+  then on); the series it came from is named in its ``series`` event;
 - **steps**: a printed step that starts again (a per-epoch counter) keeps the run's step counting; a line
   without a step takes the step of the script's progress bar, else the count of such lines;
 - **the end**: a run that gave no metric at all gets a ``no_metrics`` event saying what was seen.
@@ -244,8 +245,7 @@ class MetricSink:
         loss as ``loss``); a name no source had becomes ``src``'s, a name another source has is counted."""
         names = [(name, original, value) for original, value in values.items()
                  if self.owners.get(name := canonical(original)) != _SUMMARY and name not in RESERVED]
-        if self.loss_from is None:
-            self._choose_loss(name for name, _, _ in names)
+        self._choose_loss([name for name, _, _ in names])
         kept = {}
         for name, original, value in names:
             self._given.add(name)
@@ -260,14 +260,20 @@ class MetricSink:
             kept[key] = _number(value)
         return kept
 
-    def _choose_loss(self, names: Iterable[str]) -> None:
+    def _choose_loss(self, names: list) -> None:
+        """The user's choice, else the best-named loss so far: a better name that comes later (nanoGPT prints
+        its evaluation's "train loss" before its first "iter 0: loss") is the loss from then on, and the one
+        it replaces keeps its values under its own name from then on."""
         if self.chosen_loss is not None:
-            if self.chosen_loss in names:
+            if self.loss_from is None and self.chosen_loss in names:
                 self.loss_from = self.chosen_loss
             return
         ranked = sorted((rank, name) for name in names if (rank := loss_rank(name)) is not None)
-        if ranked:
-            self.loss_from = ranked[0][1]
+        if not ranked or (self.loss_from is not None and ranked[0][0] >= loss_rank(self.loss_from)):
+            return
+        if self.loss_from is not None:  # "loss" now means the better one, whichever source gives it
+            self.owners.pop("loss", None)
+        self.loss_from = ranked[0][1]
 
     def _source(self, original: str, label: str, file: str) -> str:
         return "%s %s" % (label, original) if file else label

@@ -232,3 +232,16 @@ def test_values_that_waited_behind_a_new_name_go_with_it_and_the_next_ones_at_on
     assert [r["step"] for r in records(spool)] == [1, 2, 3]
     sink.logged("tensorboard", "/x/events.out.tfevents.1", 4, {"acc": 0.4})
     assert [r["step"] for r in records(spool)] == [1, 2, 3, 4]  # a name already given waits no more
+
+
+def test_a_better_named_loss_that_comes_later_is_the_loss_from_then_on(spool):
+    sink, events = make_sink(spool)
+    sink.printed("stdout", {"train_loss": 4.2, "val_loss": 4.3}, step=0)  # nanoGPT's evaluation at iter 0
+    sink.printed("stdout", {"loss": 4.25, "step_time_ms": 30.0}, step=0)  # then "iter 0: loss 4.25"
+    sink.printed("stdout", {"loss": 4.1}, step=1)
+    sink.printed("stdout", {"train_loss": 3.9, "val_loss": 4.0}, step=2)
+    got = records(spool)
+    assert [r.get("loss") for r in got] == [4.2, 4.25, 4.1, None]
+    assert got[3]["train_loss"] == 3.9 and "orig_loss" not in str(got)
+    loss = [e for e in events.named("series") if e.get("loss")]
+    assert [e["from"] for e in loss] == ["train_loss", "loss"]

@@ -117,7 +117,7 @@ def describe_series(stats: dict[str, SeriesStats], events: Iterable[dict], defau
         if "also" in rec:
             if rec["also"] not in info.also:
                 info.also.append(str(rec["also"]))
-        elif not info.source:
+        else:  # the latest announcement (the loss is announced again when a better-named one takes over)
             info.source, info.from_, info.file = str(rec.get("source") or ""), rec.get("from"), rec.get("file")
     for name in sorted(set(stats) - set(described)):
         described[name] = SeriesInfo(name, source=HOST_SOURCES.get(name, default_source))

@@ -62,12 +62,13 @@ class LossChoice:
 
 
 def host_loss_from(events: Iterable[dict]) -> str | None:
-    """The name of the series the host wrote as the run's loss (its ``series`` event's ``from``), if it said."""
+    """The name of the series the host wrote as the run's loss (its ``series`` event's ``from``), if it said: the
+    last one it named (a better-named loss that came later took over)."""
+    origin = None
     for rec in events:
         if rec.get("event") == "series" and rec.get("loss") and rec.get("name") == "loss":
             origin = rec.get("from")
-            return origin if isinstance(origin, str) and origin else None
-    return None
+    return origin if isinstance(origin, str) and origin else None
 
 
 def host_name_of(origin: str | None) -> str:
