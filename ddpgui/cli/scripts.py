@@ -111,8 +111,8 @@ def _print_result(result: ParseResult) -> None:
                             f"{len(result.series)} series"))
         _print_table(result.series)
         if result.loss_from is not None:
-            how = "as you chose" if result.loss_series else "the first loss-like series, as a run would take it; " \
-                "--loss-series NAME reads another"
+            how = "as you chose" if result.loss_series else "chosen as a run would choose it; --loss-series NAME " \
+                "reads another"
             print(terminal_text(f"the loss: {result.loss_from} ({how})"))
     for file in result.files:
         if file.get("reading"):

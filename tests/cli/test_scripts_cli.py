@@ -104,7 +104,7 @@ def test_parse_log_prints_the_series_or_says_what_it_saw(tmp_path, env):
     lines = out.splitlines()
     assert lines[0] == f"printed output in {CAPTURES / 'trainer_gpt2.stdout'}: 12 records, 8 series"
     assert lines[2].split() == ["loss", "8", "4.33", "@1", "4.33", "@11", "printed", "lines", "(stdout)"]
-    assert "the loss: loss (the first loss-like series, as a run would take it; --loss-series NAME reads another)" in lines
+    assert "the loss: loss (chosen as a run would choose it; --loss-series NAME reads another)" in lines
     assert lines[-1] == ("script summary: train_runtime 0.425 · train_samples_per_second 301 · "
                          "train_steps_per_second 37.6 · train_loss 4.33 · epoch 2.00")
 
