@@ -177,3 +177,6 @@ class LogFileWatcher:
         if bad:
             self.sink.event("warning", message="skipped %d unreadable %s%s in %s" % (bad, what, "" if bad == 1 else "s",
                                                                                     path), source="host")
+        if getattr(reader, "truncated", 0):
+            self.sink.event("warning", message="the last record of %s was cut short (%d bytes): it was not read"
+                            % (path, reader.truncated_bytes), source="host")
