@@ -152,6 +152,17 @@ def test_one_event_file_or_one_csv_log_is_read_by_its_reader(tensorboard_folder)
     assert csv_log.kind == "csv" and csv_log.loss_from == "val_loss" and by_name(csv_log)["loss"].last == (19, 0.6)
 
 
+def test_a_damaged_event_file_is_read_up_to_the_damage_and_said(tensorboard_folder, tmp_path):
+    event_file = next((tensorboard_folder / "version_0").glob("events.out.tfevents.*"))
+    data = event_file.read_bytes()
+    cut = tmp_path / event_file.name
+    cut.write_bytes(data[:-7])  # the last record cut short, as a crash leaves it
+    result = parse_log(tmp_path)
+    series = by_name(result)  # the last record written was eval/accuracy at step 49
+    assert series["loss"].points == 50 and series["eval_accuracy"].points == 4 and series["eval_accuracy"].last[0] == 39
+    assert [s for s in result.skipped if str(cut) in s], result.skipped
+
+
 def test_a_folder_without_logs_says_so(tmp_path):
     (tmp_path / "notes.txt").write_text("step 1 loss 0.5\n")
     result = parse_log(tmp_path)

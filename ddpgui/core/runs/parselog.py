@@ -144,11 +144,7 @@ def _read_logs(found: list[tuple[str, str]], sink: MetricSink, result: ParseResu
     with tempfile.TemporaryDirectory(prefix="ddpgui-parse-log-") as listing:
         with open(os.path.join(listing, WRITTEN_FILES), "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps({"path": path, "kind": kind}) + "\n" for path, kind in found)
-        watcher = LogFileWatcher(listing, sink)
-        watcher.poll(final=True)
-    for _, path, reader in watcher.tails:
-        if getattr(reader, "truncated", 0):
-            result.skipped.append(f"a last record never written whole ({reader.truncated_bytes} bytes) in {path}")
+        LogFileWatcher(listing, sink).poll(final=True)
     if progress is not None:
         progress(len(found), len(found))
     sink.close()
