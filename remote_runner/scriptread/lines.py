@@ -62,7 +62,12 @@ _STEP_KEYS = {"step": "step", "steps": "step", "iter": "step", "iters": "step", 
 _RENAMES = dict(_STEP_KEYS, learning_rate="lr")
 _TIME_KEYS = ("time", "dt", "step_time", "iter_time", "batch_time")
 _COUNTERS = ("step", "epoch")
-_NOT_METRICS = frozenset(["v_num"])
+# Words followed by a number in ordinary prose ("iter 1 of 3: the cost is 0.9") or in a line's address
+# ("rank 0:", "pid 4242") are no metric names.
+_NOT_METRICS = frozenset(["v_num", "of", "is", "in", "at", "to", "for", "the", "a", "an", "by", "with", "from", "on",
+                          "and", "or", "per", "over", "after", "than", "are", "was", "were", "be", "has", "have",
+                          "took", "into", "about", "last", "next", "every", "each", "all", "only", "rank",
+                          "local_rank", "pid", "port", "worker"])
 _SIZE_UNITS = {"gib": "_gib", "mib": "_mib", "gb": "_gb", "mb": "_mb", "ms": "_ms", "s": "_s"}
 # A qualifier on the step ("validate step: 10") qualifies the whole line's values.
 _LINE_QUALIFIERS = {"val": "val", "valid": "val", "validate": "val", "validation": "val", "test": "test",

@@ -251,3 +251,14 @@ def test_metric_like_text_never_raises(parts):
     assert record is None or all(v is None or isinstance(v, (int, float)) for v in record.values())
     if record is not None and "step" in record:
         assert isinstance(record["step"], (int, float)) and 0 <= record["step"] <= MAX_COUNTER
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("iter 1 of 3: the cost is 0.9", None),  # prose: no series "of" or "is"
+    ("iter 2 of 3: loss is 0.8", None),  # "loss is", not "loss 0.8": no value read
+    ("[rank 0] step 5 loss 0.3", {"step": 5, "loss": 0.3}),
+    ("worker 3 pid 4242: step 4 loss 1", {"step": 4, "loss": 1.0}),
+    ("epoch 2 took 31.5 s, loss 0.25", {"epoch": 2, "loss": 0.25}),
+])
+def test_words_of_prose_and_of_a_lines_address_are_no_series(line, expected):
+    assert parse_metric_line(line) == expected
