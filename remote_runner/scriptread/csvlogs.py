@@ -93,6 +93,21 @@ class CsvLogTail:
             pass
         return out
 
+    def finish(self) -> list[Row]:
+        """At the end (the run's, or of a log read whole): the rows still to read, and a last row the writer
+        left without its newline (while a run goes on it is a row being written, so :meth:`read` waits)."""
+        out = self.read()
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                rest = fh.read(MAX_LINE)
+        except OSError:
+            return out
+        if rest and b"\n" not in rest and not self._skipping_long:
+            used = self._lines_of(rest + b"\n", out)
+            self._offset += max(0, used - 1)
+        return out
+
     def _rewritten(self, fh, st: os.stat_result) -> bool:
         identity = (st.st_dev, st.st_ino)
         if self._identity is None:

@@ -148,7 +148,7 @@ class LogFileWatcher:
         step: Optional[int] = None
         values: dict[str, float] = {}
         wall = None
-        for scalar in reader.read():
+        for scalar in (reader.finish() if final else reader.read()):
             if scalar.step != step and values:
                 self.sink.logged("tensorboard", path, step, values, t=wall)
                 values = {}
@@ -157,12 +157,11 @@ class LogFileWatcher:
         if values:
             self.sink.logged("tensorboard", path, step, values, t=wall)
         if final:
-            reader.finish()
             self._report_bad(path, reader, "record")
 
     def _csv(self, path: str, reader, final: bool) -> None:
         announced = getattr(reader, "announced", False)
-        for step, values in reader.read():
+        for step, values in (reader.finish() if final else reader.read()):
             if not announced:
                 self.sink.file_found(path, "csv", True)
                 reader.announced = announced = True

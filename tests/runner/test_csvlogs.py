@@ -143,3 +143,12 @@ def test_a_loss_column_without_a_step(tmp_path):
     path = tmp_path / "losses.csv"
     path.write_text("\ufefftrain_loss,val_loss\n0.9,\n0.8,0.85\n")  # with a BOM, as Excel writes
     assert CsvLogTail(str(path)).read() == [(None, {"train_loss": 0.9}), (None, {"train_loss": 0.8, "val_loss": 0.85})]
+
+
+def test_a_last_row_without_its_newline_is_read_at_the_end(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,loss\n1,0.5\n2,0.4")
+    tail = CsvLogTail(str(path))
+    assert tail.read() == [(1, {"loss": 0.5})]  # the run goes on: "2,0.4" may be a row being written
+    assert tail.finish() == [(2, {"loss": 0.4})]
+    assert tail.finish() == [] and tail.rows == 2
