@@ -141,7 +141,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             if record.summary.get(key) is not None:
                 print(f"  {key:<22}{record.summary[key]:.4g}")
         env = record.environment
-        if env:
+        if env.get("imported_from"):
+            files = len(env.get("event_files") or [])
+            print(terminal_text(f"  imported    from {env['imported_from']} ({files} event file{'' if files == 1 else 's'})"))
+        elif env:
             print(terminal_text(f"  environment {env.get('hostname')}: torch {env.get('torch')}, CUDA {env.get('cuda')}, "
                                 f"GPU {env.get('gpu') or 'none'}"))
         if record.corrupt_lines:

@@ -46,6 +46,10 @@ def test_import_then_export_through_the_cli(tmp_path):
     rc, out, err = run_cli(["runs", "--json"], env)
     runs = {r["name"]: r for r in json.loads(out)}
     assert set(runs) == {"lr=0.01,bs=8", "plain"} and {r["host"] for r in runs.values()} == {"imported"}
+    rc, out, err = run_cli(["show", runs["lr=0.01,bs=8"]["id"]], env)
+    assert rc == 0 and "  settings    imported from TensorBoard: lr=0.01 bs=8\n" in out, out
+    assert "  series      loss  TensorBoard tag train/loss" in out and "None" not in out, out
+    assert f"  imported    from {log_dir / 'lr=0.01,bs=8'} (1 event file)" in out, out
 
     out_dir = tmp_path / "exported"
     rc, out, err = run_cli(["export", runs["lr=0.01,bs=8"]["id"], runs["plain"]["id"], "--format", "tensorboard",

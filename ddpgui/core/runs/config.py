@@ -20,8 +20,12 @@ def default_name(cfg: RunConfig) -> str:
 
 
 def settings_text(config: dict) -> str:
-    """What a run ran, in one line: ``mlp ×2 fp32 compile=off batch=32`` or ``script train.py ×2 (args …)``."""
+    """What a run ran, in one line: ``mlp ×2 fp32 compile=off batch=32``, ``script train.py ×2 (args …)`` or
+    ``imported from TensorBoard: lr=0.1 bs=32``."""
     nproc = config.get("nproc_per_node", 1)
+    if config.get("mode") == "imported":  # ddpgui import-tensorboard: the settings its folder name or hparams gave
+        given = " ".join(f"{k}={v}" for k, v in config.items() if k not in ("name", "mode"))
+        return "imported from TensorBoard" + (f": {given}" if given else "")
     if config.get("mode") == "script":
         script = config.get("script") or {}
         args = script.get("args") or []

@@ -256,7 +256,7 @@ def run_series_lines(store: RunStore, run_id: str, width: int = 96) -> list[tupl
     no metric, the host's report and its hint.  A built-in workload's run says nothing of its series unless the
     user chose its loss."""
     run = store.get_run(run_id)
-    if (run.config or {}).get("mode") != "script" and run.loss_series is None:
+    if (run.config or {}).get("mode") not in ("script", "imported") and run.loss_series is None:
         return []
     infos = series_info(store, run_id)
     lines: list[tuple[str, str]] = []
