@@ -165,9 +165,9 @@ def _flush_open_files() -> None:
     import gc
     import io
 
-    try:
-        files = [obj for obj in gc.get_objects() if isinstance(obj, (io.BufferedWriter, io.BufferedRandom,
-                                                                     io.TextIOWrapper))]
+    kinds = (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)
+    try:  # type(), not isinstance(): that would read __class__ of every object (torch's deprecated ones warn)
+        files = [obj for obj in gc.get_objects() if type(obj) in kinds]
     except Exception:
         return
     for fh in files:

@@ -262,3 +262,12 @@ def test_in_the_window_a_choice_is_said_in_the_status_bar_and_the_table_keeps_th
                     "(your choice)", timeout=WAIT)
     model = window.runs_table.model
     assert model.runs[model.row_of("light")].loss_series == "val_loss"
+
+
+def test_an_ended_script_without_throughput_says_so_in_its_throughput_plot(qtbot, board, store):
+    store_capture_run(store, "light", "lightning_tqdm")  # Lightning's bar shows no samples/s
+    _shown(qtbot, board, "light")
+    assert board.rate_plot.placeholder_text == "no throughput: the script gave no samples_per_s or tokens_per_s"
+    store_capture_run(store, "titan", "torchtitan", state="running", streams=("stdout",))  # still running: waits
+    _shown(qtbot, board, "titan")
+    assert board.rate_plot.placeholder_text == WAITING

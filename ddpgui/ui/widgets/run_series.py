@@ -21,9 +21,7 @@ from PySide6.QtWidgets import QLabel, QMenu, QToolButton
 
 from ddpgui.core.runs.series import (
     SeriesInfo,
-    loss_text,
     no_metrics,
-    other_series_text,
     run_series_lines,
     series_info,
     set_loss_series,
@@ -42,6 +40,8 @@ SERIES_EVENTS = frozenset({"series", "no_metrics", "script_summary"})
 NAMED_MODES = frozenset({"script", "imported"})
 #: Series offered as the loss: any but the step the script printed (a counter, never a loss).
 NEVER_LOSS = frozenset({"printed_step"})
+#: The series the throughput plot draws.
+RATE_SERIES = frozenset({"samples_per_s", "tokens_per_s"})
 #: Characters per line of the tooltip's text (as ``ddpgui show`` wraps its lines).
 TIP_WIDTH = 90
 RESET_TEXT = "The one the script gave"
@@ -57,6 +57,7 @@ class SeriesFacts:
     lines: list[tuple[str, str]] = field(default_factory=list)  # (label, text), as ``ddpgui show`` prints them
     no_metrics: dict | None = None
     chosen: str | None = None  # the stored series the user made the loss (None: the one the host gave)
+    ended: bool = False
 
     @property
     def loss(self) -> SeriesInfo | None:
@@ -75,13 +76,8 @@ def read_series_facts(store: RunStore, run_id: str) -> SeriesFacts:
     named = (run.config or {}).get("mode") in NAMED_MODES
     if not named and run.loss_series is None:
         return SeriesFacts(run_id)
-    infos = series_info(store, run_id)
-    lines = run_series_lines(store, run_id, TIP_WIDTH)
-    if not lines:  # an imported run: its series as a script run's are said
-        loss = loss_text(infos, chosen=run.loss_series is not None)
-        texts = ([loss] if loss else []) + other_series_text(infos, TIP_WIDTH)
-        lines = [("series" if i == 0 else "", text) for i, text in enumerate(texts)]
-    return SeriesFacts(run_id, named, infos, lines, no_metrics(store, run_id), run.loss_series)
+    return SeriesFacts(run_id, named, series_info(store, run_id), run_series_lines(store, run_id, TIP_WIDTH),
+                       no_metrics(store, run_id), run.loss_series, run.state in FINAL_STATES)
 
 
 def facts_html(facts: SeriesFacts | None) -> str:
@@ -102,6 +98,16 @@ def placeholder_text(facts: SeriesFacts | None) -> str | None:
         return None
     hint = facts.no_metrics.get("hint") or ""
     return "no metric was read" + (f": {hint}" if hint else "")
+
+
+def rate_placeholder(facts: SeriesFacts | None) -> str | None:
+    """What the empty throughput plot says of an ended script or imported run that gave no throughput (None:
+    the plot's usual text)."""
+    if facts is None or not facts.named or not facts.ended or facts.no_metrics is not None:
+        return None
+    if any(info.name in RATE_SERIES and info.points for info in facts.infos):
+        return None
+    return "no throughput: the script gave no samples_per_s or tokens_per_s"
 
 
 def choice_label(info: SeriesInfo) -> str:
@@ -195,6 +201,7 @@ class RunSeries(QObject):
         self.button.setToolTip("Which of the run's series is its loss" + (
             f" (now {loss.from_ or loss.name}: {source_text(loss)})" if loss is not None else ""))
         self.dashboard.loss_plot.set_placeholder(placeholder_text(facts))
+        self.dashboard.rate_plot.set_placeholder(rate_placeholder(facts))
         self.dashboard.loss_plot.getPlotItem().setTitle(
             f"Loss ({loss.from_})" if loss is not None and loss.from_ not in (None, "loss") else "Loss")
         self.dashboard.header_details(facts_html(facts))
