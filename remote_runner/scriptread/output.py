@@ -130,7 +130,7 @@ class OutputReader:
         held.written = True
         frame = held.frame
         last, self._last[held.identity] = self._last.get(held.identity, {}), dict(frame.values)
-        values = self._changed(frame.values)
+        values = self._changed(frame.values, every=not held.main)
         if frame.n == 0:  # no step done on this bar yet: only what it shows anew (a validation that just ran)
             values = {k: v for k, v in values.items() if k not in last or last[k] != v}
         if not values:
@@ -149,11 +149,12 @@ class OutputReader:
                 extra["eta_s"] = frame.remaining_s
         self.sink.bar(self.stream, held.step, values, extra)
 
-    def _changed(self, values: dict) -> dict:
-        """The frame's values less the validation ones it shows unchanged since they were last written."""
+    def _changed(self, values: dict, every: bool = False) -> dict:
+        """The frame's values less the validation ones it shows unchanged since they were last written (all of
+        them, ``every``, for a bar that is not the main one: its frames do not move the run's step)."""
         out = {}
         for key, value in values.items():
-            if key.lower().startswith(NOT_TRAINING):
+            if every or key.lower().startswith(NOT_TRAINING):
                 if self._shown.get(key, object()) == value:
                     continue
                 self._shown[key] = value

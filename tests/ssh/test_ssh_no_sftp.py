@@ -131,13 +131,28 @@ def test_two_nodes_one_without_sftp(manager):
 def test_script_mode_run_uploads_over_exec_channels(manager, tmp_path):
     project = tmp_path / "my script ✓"
     project.mkdir()
-    (project / "train.py").write_text("import time\nfor i in range(1, 6):\n"
-                                      "    print(f'step {i}: loss {1 / i:.4f}', flush=True)\n")
-    record = manager.launch("nosftp", {"mode": "script", "script": {"dir": str(project), "entry": "train.py"},
-                                       "nproc_per_node": 1})
+    logs = tmp_path / "scratch on the host"  # an absolute path the script is given, outside its folder
+    (project / "train.py").write_text(
+        "import csv, os, sys\n"
+        "from tqdm import tqdm\n"
+        "for i in range(1, 6):\n"
+        "    print(f'step {i}: loss {1 / i:.4f}', flush=True)\n"
+        "bar = tqdm(range(3), desc='eval', file=sys.stderr, mininterval=0)\n"
+        "for i in bar:\n"
+        "    bar.set_postfix(acc=0.5 + i / 10)\n"
+        "os.makedirs(sys.argv[1], exist_ok=True)\n"
+        "with open(os.path.join(sys.argv[1], 'metrics.csv'), 'w', newline='') as fh:\n"
+        "    csv.writer(fh).writerows([['step', 'grad_norm'], [2, 0.25], [4, 0.125]])\n")
+    record = manager.launch("nosftp", {"mode": "script", "script": {"dir": str(project), "entry": "train.py",
+                                                                    "args": [str(logs)]}, "nproc_per_node": 1})
     final = manager.wait(record.id, timeout=300)
     assert final.state == "finished", (final.message, final.hint)
-    assert [r["step"] for r in manager.store.records(record.id)] == [1, 2, 3, 4, 5]
+    records = manager.store.records(record.id)
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4, 5]
+    # the host read rank 0's stderr (a tqdm bar) and the CSV log at the absolute path it was given
+    assert [r["acc"] for r in records if "acc" in r] == [0.5, 0.6, 0.7]
+    assert [(r["step"], r["grad_norm"], r["src"]) for r in records if "grad_norm" in r] == [(2, 0.25, "csv"),
+                                                                                          (4, 0.125, "csv")]
 
 
 def test_script_dir_upload_only_what_changed(target, tmp_path):
