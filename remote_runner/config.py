@@ -71,6 +71,8 @@ class ScriptConfig:
     loss_series: Optional[str] = None
     #: What code ran: {"git_commit", "git_dirty" (sha256 of the uncommitted changes, or None), "content_sha256"}.
     fingerprint: Optional[dict[str, Optional[str]]] = None
+    #: The folder on the client the script was taken from (``dir`` is where the host runs it: an upload).
+    source: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.loss_series is not None and (not isinstance(self.loss_series, str) or not self.loss_series.strip()):

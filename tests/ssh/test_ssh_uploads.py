@@ -140,6 +140,11 @@ def test_the_cli_says_what_a_script_upload_skipped_and_why(app_profile, tmp_path
     assert fp == expected and fp["git_commit"] is None  # not a git repository: the content hash
     assert cli_main(["show", record.id]) == 0
     assert f"\n  code        content sha256 {fp['content_sha256'][:12]}…\n" in capsys.readouterr().out
+    # the stored dir is the upload on the host; a rerun takes the script again from the folder here
+    assert record.config["script"]["source"] == str(project) and record.config["script"]["dir"] != str(project)
+    assert cli_main(["rerun", record.id, "--follow"]) == 0
+    (again,) = [r for r in RunStore().list_runs(host=app_profile) if r.id != record.id]
+    assert again.state == "finished" and again.config["script"]["source"] == str(project), again.message
 
 
 @pytest.mark.slow

@@ -34,6 +34,17 @@ def settings_text(config: dict) -> str:
             f"batch={config.get('batch_size')}")
 
 
+def relaunch_settings(config: dict) -> dict:
+    """A stored run's config as the settings of a new launch (a rerun, a duplicate): no run id, and a script
+    taken again from the folder on this computer it came from (the stored ``dir`` of a run on another host is
+    its upload there)."""
+    settings = dict(config, run_id="")
+    script = settings.get("script")
+    if isinstance(script, dict) and script.get("source"):
+        settings["script"] = dict(script, dir=script["source"])
+    return settings
+
+
 def make_config(settings: dict) -> RunConfig:
     """A validated config with a fresh run id and a default name (raises ConfigError naming the field)."""
     cfg = config_from_dict({k: v for k, v in settings.items() if v is not None})

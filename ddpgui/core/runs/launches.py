@@ -155,7 +155,7 @@ def place_script(target: Target, cfg: RunConfig, folder: ScriptFolder, progress:
     script object: the nodes of a multi-node run share the one they were copied from."""
     from ..targets.uploads import upload_script_dir
 
-    script = dataclasses.replace(cfg.script, fingerprint=folder.fingerprint)
+    script = dataclasses.replace(cfg.script, fingerprint=folder.fingerprint, source=str(folder.path))
     if target.sees_local_files:
         cfg.script = dataclasses.replace(script, dir=str(folder.path))
         return

@@ -29,7 +29,7 @@ from ..targets.base import Progress, TargetError
 from ..targets.pool import OpenTarget, TargetPool
 from ..targets.zipapp import RunnerPackage
 from . import launches, multinode
-from .config import make_config
+from .config import make_config, relaunch_settings
 from .follower import FollowSink, HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate, Listener re-exported)
 from .live import records_summary
 from .multinode import Preflight
@@ -142,7 +142,7 @@ class RunManager:
         checked again on a fresh snapshot of its hosts (any N free ones picked again): a busy one is ``warn``-ed
         about, a lost or missing one refused (GpuChoiceError)."""
         old = self.store.get_run(run_id)
-        settings = dict(old.config, run_id="")
+        settings = relaunch_settings(old.config)
         if settings_choice(settings) is not None and not self.is_slurm(old.host):
             settings, warnings = resolve_gpus(settings, list(dict.fromkeys(old.hosts)), pool_snapshot_of(self.targets),
                                               self.is_slurm)
@@ -156,7 +156,7 @@ class RunManager:
     def duplicate(self, run_id: str, **changes: object) -> dict:
         """The run's settings with ``changes`` applied, validated, ready to edit and launch."""
         old = self.store.get_run(run_id)
-        settings = dict(old.config, run_id="", name=f"{old.name} (copy)", **changes)
+        settings = dict(relaunch_settings(old.config), name=f"{old.name} (copy)", **changes)
         config_from_dict(settings)
         return settings
 
