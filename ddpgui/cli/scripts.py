@@ -7,12 +7,12 @@ import json
 import re
 import sys
 
-from ..core.runs.live import format_number
 from ..core.runs.parselog import ParseResult, parse_log
 from ..core.runs.series import (
     LossSeriesError,
     SeriesInfo,
     no_metrics,
+    point_text,
     series_info,
     set_loss_series,
     source_text,
@@ -136,19 +136,12 @@ def _print_table(infos: list[SeriesInfo], chosen: bool = False) -> None:
             name += f" (from {info.from_}{', your choice' if chosen else ''})"
         elif info.is_loss and chosen:
             name += " (your choice)"
-        rows.append((terminal_text(name), str(info.points), _point(info.first), _point(info.last),
+        rows.append((terminal_text(name), str(info.points), point_text(info.first), point_text(info.last),
                      terminal_text(source_text(info) + (f" in {info.file}" if info.file else ""))))
     header = ("series", "points", "first", "last", "source")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
     for row in [header, *rows]:
         print(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]:<{widths[3]}}  {row[4]}")
-
-
-def _point(point: tuple | None) -> str:
-    if point is None:
-        return "-"
-    step, value = point
-    return format_number(value) + ("" if step is None else f" @{step}")
 
 
 def _print_no_metrics(report: dict) -> None:

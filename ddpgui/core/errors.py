@@ -2,6 +2,14 @@
 from __future__ import annotations
 
 
+class HintedError(Exception):
+    """An error whose message says what happened and whose ``hint`` what to do (shown apart by :func:`describe`)."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
 def describe(exc: BaseException) -> tuple[str, str]:
     """``(message, hint)``; errors whose text already ends with `` — hint`` lose that ending.
 

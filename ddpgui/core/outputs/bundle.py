@@ -15,6 +15,7 @@ from pathlib import Path
 from remote_runner.spools import EVENTS, METRICS, SPOOLS, TELEMETRY
 from remote_runner.status import FINAL_STATES
 
+from ..errors import HintedError
 from ..runs.protocol import LOG_SPOOLS, Chunk
 from ..store import RunRecord, RunStore, StoreError
 
@@ -22,12 +23,8 @@ BUNDLE_FORMAT = "ddpgui-runs"
 BUNDLE_VERSION = 1
 
 
-class BundleError(StoreError):
+class BundleError(HintedError, StoreError):
     """A bundle that cannot be imported; ``hint`` says what to do."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
 
 
 def bundle_of(store: RunStore, run_ids: Sequence[str]) -> dict:

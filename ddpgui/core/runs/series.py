@@ -18,6 +18,7 @@ import numpy as np
 from remote_runner.scriptread.sink import RESERVED, canonical
 from remote_runner.spools import EVENTS
 
+from ..errors import HintedError
 from ..store import RunRecord, RunStore
 from ..store.loss import LossChoice, host_loss_from, host_name_of
 from .live import format_number, records_summary
@@ -63,12 +64,16 @@ class SeriesInfo:
                 "is_loss": self.is_loss, "file": self.file}
 
 
-class LossSeriesError(ValueError):
-    """The series named as the loss is not one of the run's; ``hint`` lists them."""
+def point_text(point: Point | None) -> str:
+    """A series' first or last point as listed: ``4.33 @12`` (the value at its step), ``-`` without one."""
+    if point is None:
+        return "-"
+    step, value = point
+    return format_number(value) + ("" if step is None else f" @{step}")
 
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
+
+class LossSeriesError(HintedError, ValueError):
+    """The series named as the loss is not one of the run's; ``hint`` lists them."""
 
 
 @dataclass

@@ -32,6 +32,7 @@ from remote_runner.scriptread.sink import RESERVED, MetricSink
 from remote_runner.scriptread.tbevents import EventFileTail, Scalar, event_scalars, masked_crc32c
 from remote_runner.spools import EVENTS, METRICS
 
+from ..errors import HintedError
 from ..store import RunNotFound, RunRecord, RunStore, StoreError
 from .live import records_summary
 from .protocol import Chunk
@@ -42,12 +43,8 @@ _SETTING = re.compile(r"^([A-Za-z_][\w.-]*)=([^=]+)$")
 _PARTS = re.compile(r"[,\s/]+|_(?=[A-Za-z_][\w.-]*=)")
 
 
-class TensorBoardImportError(StoreError):
+class TensorBoardImportError(HintedError, StoreError):
     """A folder that cannot be imported at all; ``hint`` says what to do."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
 
 
 @dataclass

@@ -31,9 +31,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from ddpgui.core.runs.live import format_number
 from ddpgui.core.runs.parselog import ParseResult, parse_log
-from ddpgui.core.runs.series import SeriesInfo, source_text, summary_text
+from ddpgui.core.runs.series import SeriesInfo, point_text, source_text, summary_text
 
 from ..texts import as_rich
 from ..widgets.dashboard_header import STALL_COLOR, ElidedLabel, never_widening
@@ -50,14 +49,6 @@ def for_the_form(text: str) -> str:
     """The readers' advice in the launch form's words (its Metric regex field, not the CLI's option)."""
     text = re.sub(r"e\.g\. --metric-regex ", "e.g. ", text)
     return re.sub(r"(?:give )?--metric-regex\b", "fill in Metric regex", text)
-
-
-def point_text(point: tuple | None) -> str:
-    """``4.33 @12`` (value at step), ``-`` without one."""
-    if point is None:
-        return "-"
-    step, value = point
-    return format_number(value) + ("" if step is None else f" @{step}")
 
 
 def series_name(info: SeriesInfo) -> str:
