@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.cli_process import cli_env, run_cli
 
 from ddpgui.core.runs.series import no_metrics, series_info
 from ddpgui.core.store import RunStore
 from ddpgui.core.store.run_store import STORE_FILE
-from tests.helpers.cli_process import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 from helpers.cli_process import REPO, cli_env, run_cli
+from helpers.run_processes import kill_run_processes
 from helpers.spools import wait_for
 
 from ddpgui.core.store import RunStore
@@ -139,10 +140,7 @@ def test_run_directory_removed_mid_follow(tmp_path, env):
         if follow.poll() is None:
             follow.kill()
         if record is not None:
-            try:
-                os.killpg(status["pgid"], signal.SIGKILL)
-            except (ProcessLookupError, KeyError, NameError):
-                pass
+            kill_run_processes(status, run_dir, run_dir + ".removed")
             shutil.rmtree(record.run_dirs[0] + ".removed", ignore_errors=True)
     assert follow.returncode == 1, out + err
     assert f"the run's directory {run_dir} is gone from local" in out + err

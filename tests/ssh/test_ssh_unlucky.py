@@ -8,10 +8,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 
 import pytest
+from helpers.run_processes import kill_run_processes
 from helpers.small_disk import FILL_SCRIPT, small_tmpfs
 from helpers.spools import wait_for
 
@@ -53,15 +53,6 @@ def remove_live_dir(run_dir):
     os.rename(run_dir, run_dir + ".removed")
 
 
-def _end_processes(run_dir_status):
-    pgid = (run_dir_status or {}).get("pgid")
-    if pgid:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def test_disk_full_over_ssh_ends_failed_once_and_logs_in_a_few_times(ssh_env, ssh_manager, tmp_path):
     with small_tmpfs(tmp_path / "small disk") as disk:
         manager = ssh_manager(disk / "root")
@@ -93,7 +84,7 @@ def test_run_directory_removed_mid_follow_over_ssh(ssh_env, ssh_manager, tmp_pat
         remove_live_dir(run_dir)
         final = manager.wait(record.id, timeout=120)
     finally:
-        _end_processes(status)
+        kill_run_processes(status, run_dir, run_dir + ".removed")
         shutil.rmtree(run_dir + ".removed", ignore_errors=True)
     assert (final.state, final.failure) == ("failed", "run_dir_missing")
     assert final.message == f"the run's directory {run_dir} is gone from box"
@@ -119,7 +110,7 @@ def test_a_follow_that_keeps_failing_on_the_host_ends_the_run_with_its_reason(ss
         final = manager.wait(record.id, timeout=120)
         logins = _logins(ssh_env) - before
     finally:
-        _end_processes(status)
+        kill_run_processes(status, run_dir)
     assert final.state == "failed" and final.failure == "follow_failed", final
     assert "failed 3 times in a row" in final.message and "Is a directory" in final.message
     assert "status.json" in final.message
