@@ -42,9 +42,19 @@ gpu-check:
 system-deps:
 	@bash .ci/system-deps
 
+# The suite on TEST_WORKERS processes (pytest-xdist; most tests wait on torchrun, sshd or Slurm), then the tests
+# marked `last` (the scan for leaked secrets) in a session of their own that sees every file the first one wrote.
+TEST_WORKERS ?= 2
 test: system-deps $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	@root=$$(mktemp -d /tmp/ddpgui-tests-XXXXXX); \
+	echo "$(PY) -m pytest -ra -n $(TEST_WORKERS) -m 'not last' $(PYTEST_ARGS)"; \
+	DDPGUI_TEST_ROOT=$$root $(PY) -m pytest -ra -n $(TEST_WORKERS) -m "not last" --basetemp=$$root/tmp $(PYTEST_ARGS); \
+	rc=$$?; \
+	echo "$(PY) -m pytest -ra -m last"; \
+	DDPGUI_TEST_ROOT=$$root DDPGUI_TEST_TMP=$$root/tmp $(PY) -m pytest -ra -m last; \
+	last=$$?; rm -rf $$root; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$last
 
 bench: $(VENV)/.stamp-test
 	$(PY) -m benchmarks

@@ -3,7 +3,9 @@
 One session-wide tmp directory holds the app's config, data and cache dirs
 (``DDPGUI_CONFIG_DIR`` / ``DDPGUI_DATA_DIR`` / ``DDPGUI_CACHE_DIR``), so the
 tests never touch the user's real files and the tests marked ``last`` (run after all others, see
-:func:`pytest_collection_modifyitems`) can inspect everything the suite wrote.
+:func:`pytest_collection_modifyitems`) can inspect everything the suite wrote.  ``make test`` runs the
+suite on two workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
+``DDPGUI_TEST_ROOT`` for both (and removes it), so every worker writes there and the scan reads it all.
 """
 import os
 import shutil
@@ -21,7 +23,8 @@ from keyring.errors import PasswordDeleteError
 settings.register_profile("suite", derandomize=True, database=None)
 settings.load_profile("suite")
 
-_APP_ROOT = Path(tempfile.mkdtemp(prefix="ddpgui-tests-"))
+_GIVEN_ROOT = os.environ.get("DDPGUI_TEST_ROOT")
+_APP_ROOT = Path(_GIVEN_ROOT) if _GIVEN_ROOT else Path(tempfile.mkdtemp(prefix="ddpgui-tests-"))
 for _env, _sub in (("DDPGUI_CONFIG_DIR", "config"), ("DDPGUI_DATA_DIR", "data"), ("DDPGUI_CACHE_DIR", "cache")):
     os.environ[_env] = str(_APP_ROOT / _sub)
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -70,4 +73,5 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    shutil.rmtree(_APP_ROOT, ignore_errors=True)
+    if not _GIVEN_ROOT:  # a root given by the caller (make test) outlives this session: the caller removes it
+        shutil.rmtree(_APP_ROOT, ignore_errors=True)

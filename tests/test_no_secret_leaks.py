@@ -1,10 +1,12 @@
 """After the whole suite: no planted password or passphrase reached the profiles file, logs or run store.
 
-Marked ``last``: tests/conftest.py runs it after every other test.  It scans every
-file under the session's config and data dirs (hosts.json, known_hosts, the
-app's logs in data_dir()/logs, the run store) and everything the tests wrote
-under pytest's tmp dirs (their own profiles files and stores).
+Marked ``last``: tests/conftest.py runs it after every other test (``make test`` in a session of its own, after
+the workers' session, with the same app dirs and that session's tmp dirs named in ``DDPGUI_TEST_TMP``).  It
+scans every file under the session's config and data dirs (hosts.json, known_hosts, the app's logs in
+data_dir()/logs, the run store) and everything the tests wrote under pytest's tmp dirs (their own profiles
+files and stores).
 """
+import os
 import tempfile
 from pathlib import Path
 
@@ -23,7 +25,9 @@ def _files(*roots: Path) -> list[Path]:
 def test_no_planted_secret_in_any_file_the_app_wrote(tmp_path_factory):
     if not (config_dir() / "hosts.json").exists():
         pytest.skip("SKIPPED LOUDLY: no test wrote the profiles file in this session: run the whole suite")
-    files = _files(config_dir(), data_dir(), tmp_path_factory.getbasetemp())
+    # the tests' own tmp dirs: this session's, and those of the session before it (make test: DDPGUI_TEST_TMP)
+    earlier = [Path(p) for p in os.environ.get("DDPGUI_TEST_TMP", "").split(os.pathsep) if p]
+    files = _files(config_dir(), data_dir(), tmp_path_factory.getbasetemp(), *earlier)
     needles = [s.encode() for s in PLANTED]
     hits = [f"{path}: {secret.decode()[:8]}…" for path in files for secret in needles
             if secret in path.read_bytes()]
