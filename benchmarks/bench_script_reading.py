@@ -4,7 +4,8 @@ A chatty script (a CPU step of fixed work, 100 log lines a step: about 100,000 l
 metric line, and a tqdm bar on stderr redrawing at 10 Hz) measures its own steps per second over a fixed
 time. It runs, in turns, under ddpgui (``ddpgui launch local --script``: rank 0's output through the FIFOs,
 copied to the logs and read for metrics by the supervisor) and under plain torchrun with its output sent to
-/dev/null. The ratio of the two rates, per pair of runs, is the cost; target ≥ 0.98 (no more than 2% slower).
+/dev/null, with Python's own buffering (``PYTHONUNBUFFERED`` unset: the strictest baseline, a write per 8 KiB).
+The ratio of the two rates, per pair of runs, is the cost; target ≥ 0.98 (no more than 2% slower).
 """
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from benchmarks.common import Row, median
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = int(os.environ.get("DDPGUI_BENCH_READING_PAIRS", "4"))
 SECONDS = float(os.environ.get("DDPGUI_BENCH_READING_SECONDS", "6"))
+#: Items of a step's work: about 1 ms on a 2020s core, so that the script prints about 100,000 lines a second.
+WORK = os.environ.get("DDPGUI_BENCH_READING_WORK", "12000")
 CHATTY = '''import json, sys, time
 from tqdm import tqdm
 
 seconds, out = float(sys.argv[1]), sys.argv[2]
 bar = tqdm(desc="work", mininterval=0.1, file=sys.stderr)  # redraws at most 10 times a second
-work = list(range(2000))
+work = list(range(int(sys.argv[3])))
 steps = lines = 0
 start = time.perf_counter()
 while time.perf_counter() - start < seconds:
@@ -47,15 +50,16 @@ with open(out, "w") as fh:
 
 def _plain(folder: Path, result: Path) -> dict:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-            str(folder / "chatty.py"), str(SECONDS), str(result)]
+            str(folder / "chatty.py"), str(SECONDS), str(result), WORK]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     subprocess.run(argv, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=True,
-                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                   env=env)
     return json.loads(result.read_text())
 
 
 def _ddpgui(folder: Path, result: Path, env: dict) -> dict:
     argv = [sys.executable, "-m", "ddpgui", "launch", "local", "--script", str(folder), "--entry", "chatty.py",
-            "--nproc", "1", "--", str(SECONDS), str(result)]
+            "--nproc", "1", "--", str(SECONDS), str(result), WORK]
     out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
     run_dir = Path(json.loads(out)["run_dir"])
     deadline = time.monotonic() + 300

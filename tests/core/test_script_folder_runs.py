@@ -7,14 +7,10 @@ import subprocess
 import pytest
 
 from ddpgui.cli import main as cli_main
-from ddpgui.core.hosts import HostStore
 from ddpgui.core.paths import data_dir
 from ddpgui.core.runs import launches
 from ddpgui.core.runs.config import make_config
-from ddpgui.core.runs.manager import RunManager
-from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
-from ddpgui.core.targets.factory import open_target
 from ddpgui.core.targets.fingerprint import fingerprint
 from ddpgui.core.targets.local import LocalTarget
 from ddpgui.core.targets.uploads import DEFAULT_SIZE_CAP
@@ -38,17 +34,6 @@ print("step 1: loss 0.5", flush=True)
 def git(cwd, *args):
     return subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True,
                           capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def manager():
-    """A manager on the app's own store (the session's private data dir), so ``ddpgui show`` reads the same runs."""
-    hosts = HostStore()
-    store = RunStore()
-    m = RunManager(store, hosts, lambda name: open_target(name, hosts))
-    yield m
-    m.close()
-    store.close()
 
 
 @pytest.fixture

@@ -6,27 +6,12 @@ import shutil
 import pytest
 
 from ddpgui.cli import main as cli_main
-from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.live import LiveRun, progress_line
-from ddpgui.core.runs.manager import RunManager
-from ddpgui.core.store import RunStore
-from ddpgui.core.targets.factory import open_target
 
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPTLIKE = os.path.join(REPO, "tests", "fixtures", "scripts", "gptlike")
-
-
-@pytest.fixture
-def manager():
-    """A manager on the app's own store (the session's private data dir), so ``ddpgui show`` reads the same runs."""
-    hosts = HostStore()
-    store = RunStore()
-    m = RunManager(store, hosts, lambda name: open_target(name, hosts))
-    yield m
-    m.close()
-    store.close()
 
 
 def run_script(manager, *args, **settings):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.system_lock import system_lock
+
 BINARIES = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "sinfo", "scontrol", "scancel", "srun")
 PACKAGES = "slurm-wlm munge"
 TAG = "DDPGUI_SLURM_CLUSTER"
@@ -45,9 +47,10 @@ def ensure_slurm() -> None:
     if _missing() and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES.split()]
-        if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
-            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
-            subprocess.run(install, env=env, capture_output=True, timeout=600)
+        with system_lock():  # dpkg's lock: one test process installs, the other finds it installed
+            if _missing() and subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
+                subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+                subprocess.run(install, env=env, capture_output=True, timeout=600)
     if _missing():
         pytest.skip(f"SKIPPED LOUDLY: the Slurm tests need a real Slurm and munge and {', '.join(_missing())} "
                     f"could not be found: {how}")
@@ -72,6 +75,13 @@ def ensure_munge() -> None:
     A ``munged`` started here is left running at the end: it is a system service that holds no test state,
     and another cluster of the same session (or the developer's own Slurm) may be using it.
     """
+    if _munge_works():
+        return
+    with system_lock():  # one munged, one key, whichever test process gets here first
+        _start_munge()
+
+
+def _start_munge() -> None:
     if _munge_works():
         return
     if not MUNGE_KEY.exists():

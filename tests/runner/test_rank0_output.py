@@ -5,6 +5,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from remote_runner.scriptread import rank0
@@ -99,3 +100,46 @@ def test_a_fifo_that_nobody_opened_does_not_block_the_rank(tmp_path):
     out, _ = proc.communicate(timeout=30)
     assert out.decode().splitlines()[0] == "not attached"
     rank0.remove_fifos(folder, str(tmp_path))
+
+
+BUFFERED = r'''
+import os, sys, time
+from remote_runner.scriptread.rank0 import buffer_stdout
+out = buffer_stdout(flush_s=0.05)
+assert sys.stdout is out and not out.line_buffering
+print("one")
+print("two")
+print("bar 1/3", file=sys.stderr, end="\r")  # stderr goes out after what stdout holds
+print("three")
+pid = os.fork()  # what stdout holds goes out before the fork: the child does not print it again
+if pid == 0:
+    print("child")  # line-buffered in the child (it has no flushing thread)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("four")
+time.sleep(float(sys.argv[1]))  # "four" reaches the pipe by the flushing thread, while the script sleeps
+os._exit(0)  # no flush at exit: what got out did so on its own
+'''
+
+
+def test_rank_0_stdout_is_batched_yet_in_order_and_on_time(tmp_path):
+    """Rank 0's stdout is block-buffered (a write per print into a pipe would slow a chatty script by a tenth)
+    and flushed every 50 ms; stderr and forks send it first, so the two streams keep the script's order (here
+    both go into one pipe, which shows that order)."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", BUFFERED, "3"], env=dict(os.environ, PYTHONPATH=str(REPO),
+                            PYTHONUNBUFFERED="1"), stdout=write_fd, stderr=write_fd)
+    os.close(write_fd)
+    got = b""
+    deadline = time.monotonic() + 60
+    while not got.endswith(b"four\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([read_fd], [], [], 1)
+        if ready:
+            data = os.read(read_fd, 65536)
+            if not data:
+                break
+            got += data
+    assert proc.poll() is None, "four arrived only when the script ended"  # it sleeps 3 s after printing it
+    assert got == b"one\ntwo\nbar 1/3\rthree\nchild\nfour\n"
+    assert proc.wait(30) == 0
+    os.close(read_fd)

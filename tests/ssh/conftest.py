@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from helpers.secrets_planted import ACCOUNT_PASSWORD, KEY_PASSPHRASE
 from helpers.slurm_cluster import SlurmCluster
+from helpers.system_lock import system_lock
 
 from ddpgui.core.hosts import HostProfile, HostStore
 from ddpgui.core.ssh.connection import SSHConnection
@@ -39,8 +40,9 @@ def _ensure_openssh() -> None:
     if os.path.exists(SSHD) and shutil.which("ssh-keygen"):
         return
     if IS_ROOT and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-q", "openssh-server", "openssh-client"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        with system_lock():
+            subprocess.run(["apt-get", "install", "-y", "-q", "openssh-server", "openssh-client"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     if not os.path.exists(SSHD):
         pytest.skip("SKIPPED LOUDLY: the SSH tests need a real OpenSSH server and it could not be installed: "
                     "run `apt-get install -y openssh-server openssh-client` (as root) and run the tests again")
@@ -226,11 +228,13 @@ def _make_account(root: Path) -> Account:
     if IS_ROOT and shutil.which("useradd") and shutil.which("chpasswd"):
         user = "ddpgt" + secrets.token_hex(4)
         home = root / "home"
-        made = subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", user], capture_output=True)
+        with system_lock():  # another test process may be adding or removing its account
+            made = subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", user], capture_output=True)
+            if made.returncode == 0:
+                subprocess.run(["chpasswd"], input=f"{user}:{ACCOUNT_PASSWORD}".encode(), check=True)
         if made.returncode == 0:
             home.mkdir()
             shutil.chown(home, user, user)
-            subprocess.run(["chpasswd"], input=f"{user}:{ACCOUNT_PASSWORD}".encode(), check=True)
             python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
             return Account(user, home, ACCOUNT_PASSWORD, python, sacrificial=True)
     return Account(getpass.getuser(), Path.home(), None, sys.executable, sacrificial=False)
@@ -301,7 +305,8 @@ def ssh_env():
             server.stop()
         if account.sacrificial:
             _kill_processes_of(account.user)
-            removed = subprocess.run(["userdel", account.user], capture_output=True, text=True)
+            with system_lock():
+                removed = subprocess.run(["userdel", account.user], capture_output=True, text=True)
             if removed.returncode != 0:
                 print(f"WARNING: could not remove the test account {account.user}: {removed.stderr}")
         shutil.rmtree(root, ignore_errors=True)
