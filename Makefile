@@ -42,14 +42,15 @@ gpu-check:
 system-deps:
 	@bash .ci/system-deps
 
-# The suite on TEST_WORKERS processes (pytest-xdist; most tests wait on torchrun, sshd or Slurm), then the tests
+# The suite on TEST_WORKERS processes (pytest-xdist, whole test files to each: a module's fixtures are made once;
+# most tests wait on torchrun, sshd or Slurm), then the tests
 # marked `last` (the scan for leaked secrets) in a session of their own that sees every file the first one wrote.
 TEST_WORKERS ?= 2
 test: system-deps $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	@root=$$(mktemp -d /tmp/ddpgui-tests-XXXXXX); \
-	echo "$(PY) -m pytest -ra -n $(TEST_WORKERS) -m 'not last' $(PYTEST_ARGS)"; \
-	DDPGUI_TEST_ROOT=$$root $(PY) -m pytest -ra -n $(TEST_WORKERS) -m "not last" --basetemp=$$root/tmp $(PYTEST_ARGS); \
+	echo "$(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m 'not last' $(PYTEST_ARGS)"; \
+	DDPGUI_TEST_ROOT=$$root $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m "not last" --basetemp=$$root/tmp $(PYTEST_ARGS); \
 	rc=$$?; \
 	echo "$(PY) -m pytest -ra -m last"; \
 	DDPGUI_TEST_ROOT=$$root DDPGUI_TEST_TMP=$$root/tmp $(PY) -m pytest -ra -m last; \

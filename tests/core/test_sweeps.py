@@ -119,19 +119,21 @@ def test_cells_cover_the_matrix_with_labels_and_seeds_per_repeat():
 # Running
 
 @pytest.mark.slow
-def test_compile_by_precision_by_processes_with_two_repeats_all_done(manager):
+def test_compile_by_precision_by_processes_all_done(manager):
+    """The seed's matrix, each cell once (8 real runs, half of them compiled; the repeats' seeds are planned by
+    test_cells_cover_the_matrix_with_labels_and_seeds_per_repeat and run twice in the restart test below)."""
     runner = SweepRunner(manager)
     seen = []
     runner.subscribe(seen.append)
-    sweep = runner.start(SweepSpec(hosts=["local"], base=dict(TINY), repeats=2, name="issue 6 matrix",
+    sweep = runner.start(SweepSpec(hosts=["local"], base=dict(TINY), repeats=1, name="issue 6 matrix",
                                    matrix={"compile": ["off", "default"], "precision": ["fp32", "bf16"],
                                            "nproc": [1, 2]}))
     final = runner.wait(sweep.id, timeout=900)
     store = manager.store
     cells = store.sweep_cells(sweep.id)
     assert final.state == "done", _why(store, cells)
-    assert final.message == "16 of 16 cells done"
-    assert len(cells) == 16 and {c.state for c in cells} == {"done"}
+    assert final.message == "8 of 8 cells done"
+    assert len(cells) == 8 and {c.state for c in cells} == {"done"}
     combos = set()
     for cell in cells:
         run = store.get_run(cell.run_id)
@@ -142,12 +144,12 @@ def test_compile_by_precision_by_processes_with_two_repeats_all_done(manager):
                {k: cell.settings[k] for k in ("compile", "precision", "nproc_per_node", "seed")}
         combos.add((cfg["compile"], cfg["precision"], cfg["nproc_per_node"], cfg["seed"]))
         assert cell.started_at < cell.ended_at
-    assert len(combos) == 16  # every combination twice, the repeats with seeds 0 and 1
+    assert len(combos) == 8  # every combination, with the first repeat's seed
     assert all(b.started_at >= a.ended_at for a, b in zip(cells, cells[1:]))  # one at a time
     assert sorted(r.id for r in store.sweep_runs(sweep.id)) == sorted(c.run_id for c in cells)
     last = seen[-1]
-    assert last.state == "done" and last.done == 16 and last.fraction == 1.0
-    assert any(p.eta_s for p in seen if 0 < p.ended < 16)  # an ETA once a cell had finished
+    assert last.state == "done" and last.done == 8 and last.fraction == 1.0
+    assert any(p.eta_s for p in seen if 0 < p.ended < 8)  # an ETA once a cell had finished
     runner.close()
 
 
@@ -174,8 +176,11 @@ def test_restart_mid_sweep_continues_with_the_next_cell_and_runs_none_twice(tmp_
 
     def second_cell_launched():
         cells = store.sweep_cells(sweep.id)
-        return cells[0].state == "done" and cells[1].state == "running" and cells[1].run_id and \
-            store.get_run(cells[1].run_id).run_dirs
+        try:  # the cell names its run id just before the launch records the run
+            return cells[0].state == "done" and cells[1].state == "running" and cells[1].run_id and \
+                store.get_run(cells[1].run_id).run_dirs
+        except RunNotFound:
+            return False
 
     assert wait_for(second_cell_launched, timeout=300), _why(store, store.sweep_cells(sweep.id))
     runner.close()  # the app exits mid-sweep: its run goes on on the host
