@@ -37,12 +37,17 @@ class Segment(NamedTuple):
     up: bool  # the raw bytes moved the cursor up (a nested bar, or a multi-line redraw)
 
 
+def without_ansi(text: str) -> str:
+    """``text`` without its ANSI escape sequences (colours, cursor moves, erase-line)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
 def clean(raw: bytes) -> Segment:
     """One raw segment (no ``\\r``/``\\n`` in it) as a Segment."""
     text = raw.decode("utf-8", "replace")
     if "\x1b" not in text:
         return Segment(text, False)
-    return Segment(_ANSI.sub("", text), _UP.search(raw) is not None)
+    return Segment(without_ansi(text), _UP.search(raw) is not None)
 
 
 class FrameSplitter:

@@ -5,7 +5,7 @@ import pytest
 from helpers.stored_runs import put_spool
 
 from ddpgui.core.runs.live import RunSummary
-from ddpgui.core.runs.loglines import MARK, end_lines, event_lines, stored_lines
+from ddpgui.core.runs.loglines import MARK, end_lines, event_lines, log_text, stored_lines
 from ddpgui.core.store import RunStore
 
 T0 = 1_764_500_000.0
@@ -102,3 +102,13 @@ def test_a_stop_other_than_the_users_says_why():
                                         "00:05: 3 steps"]
     finished = RunSummary(state="finished", elapsed_s=None, steps=0)
     assert end_lines(finished, T0) == [f"{MARK} {_clock(T0)}  run finished after --:--: 0 steps"]
+
+
+def test_a_log_is_shown_without_the_escape_sequences_of_bars_and_colours():
+    """Real bytes of a script's logs (tests/fixtures/scriptlogs): tqdm's cursor-up after a nested bar, Rich's
+    colours and erase-line; a terminal acts on them, the app's text views would show boxes."""
+    tqdm = b"Epoch 2: 100%|\xe2\x96\x88\xe2\x96\x88| 10/10 [00:00<00:00, 92.25it/s, train_loss=0.00343]\n\x1b[A\n"
+    rich = b"\r\x1b[2K\x1b[1A\x1b[2KEpoch 0/1  \x1b[35m\xe2\x94\x81\xe2\x94\x81\x1b[0m 3/8 \x1b[3mv_num: 0.000\x1b[0m\n"
+    assert log_text(tqdm) == "Epoch 2: 100%|\u2588\u2588| 10/10 [00:00<00:00, 92.25it/s, train_loss=0.00343]\n\n"
+    assert log_text(rich) == "\rEpoch 0/1  \u2501\u2501 3/8 v_num: 0.000\n"
+    assert log_text(b"caf\xc3\xa9 \xff ok\n") == "caf\u00e9 \ufffd ok\n"  # undecodable bytes shown, not dropped

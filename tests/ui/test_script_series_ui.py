@@ -144,11 +144,13 @@ def test_a_run_with_no_metric_says_so_with_its_hint_and_the_plot_too(qtbot, boar
         box = placeholder.textItem.boundingRect()
         assert box.width() <= view.width() and box.height() <= view.height()  # wrapped (and shrunk) to the plot
     assert shown == plot.placeholder_text  # a large plot shows all of it
+    assert board.rate_plot.placeholder_text == "no metric was read"  # not "waiting for the first points"
     assert not board.series.button.isVisible()  # no series to choose from
 
     store_capture_run(store, "light", "lightning_tqdm")  # the next run shown is not told the same
     _shown(qtbot, board, "light")
     assert not warning.isVisible() and plot.placeholder_text == WAITING == placeholder.textItem.toPlainText()
+    assert board.rate_plot.placeholder_text != "no metric was read"
 
 
 def test_the_report_arriving_live_shows_at_the_runs_end(qtbot, board, store):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from remote_runner.scriptread.frames import without_ansi
 from remote_runner.spools import FINAL_EVENTS
 
 from ..hosts.profiles import LOCAL, LOCAL_DISPLAY_NAME
@@ -123,3 +124,9 @@ def stored_lines(store: RunStore, run_id: str, node: int = 0) -> StoredLines:
     run = store.get_run(run_id)
     events = [e for e in store.events(run_id, node) if e.get("event") not in FINAL_EVENTS]
     return StoredLines(run, events, run_end_lines(store, run_id) if not run.active else [])
+
+
+def log_text(data: bytes) -> str:
+    """A log's bytes as the app shows them: decoded, without the ANSI sequences a script's progress bars and
+    colours write (a terminal acts on them; a text view would show them as boxes)."""
+    return without_ansi(data.decode("utf-8", "replace"))

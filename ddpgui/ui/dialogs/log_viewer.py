@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from ddpgui.core.runs.loglines import host_text
+from ddpgui.core.runs.loglines import host_text, log_text
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.runs.nodes import node_states
 from ddpgui.core.runs.protocol import LOG_SPOOLS
@@ -161,7 +161,7 @@ class LogViewer(QDialog):
         self.setWindowTitle(f"Logs of {read.run.name or read.run.id}")
         for spool in LOG_SPOOLS:
             key = (read.node, spool)
-            stored = kept(read.logs.get(spool, b"").decode("utf-8", "replace"))
+            stored = kept(log_text(read.logs.get(spool, b"")))
             # lines that arrived live while it was read are in the store's tail too, unless they came after it
             live = self.texts.get(key, "")
             self.texts[key] = stored if not live or stored.endswith(live) else kept(stored + live)
@@ -207,9 +207,9 @@ class LogViewer(QDialog):
             key = (update.node, spool)
             if key not in self.texts:
                 if update.node in self.reading:  # the store's tail, read now, holds them or will be followed
-                    self.texts[key] = data.decode("utf-8", "replace")
+                    self.texts[key] = log_text(data)
                 continue
-            new = data.decode("utf-8", "replace")
+            new = log_text(data)
             text = self.texts[key] + new
             trimmed = len(text) > MAX_CHARS * 5 // 4  # trim now and then, not on every line
             self.texts[key] = kept(text) if trimmed else text

@@ -13,7 +13,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont, QSyntaxHighlighter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
-from ddpgui.core.runs.loglines import MARK, StoredLines, event_lines, run_end_lines, stored_lines
+from ddpgui.core.runs.loglines import MARK, StoredLines, event_lines, log_text, run_end_lines, stored_lines
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.runs.traces import load_logs
 from remote_runner.spools import EVENTS
@@ -189,7 +189,7 @@ class LogTail(QWidget):
                                         self.run.id == trace.run_id else None):
                     self.log.appendPlainText(line)
         for data in update.logs.values():
-            self.log.appendPlainText(data.decode("utf-8", "replace").rstrip("\n"))
+            self.log.appendPlainText(log_text(data).rstrip("\n"))
 
     def run_changed(self) -> None:
         """The run's state (or a node's) changed: once it has ended everywhere, its end lines (read off the GUI

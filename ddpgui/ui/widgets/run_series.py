@@ -103,8 +103,10 @@ def placeholder_text(facts: SeriesFacts | None) -> str | None:
 def rate_placeholder(facts: SeriesFacts | None) -> str | None:
     """What the empty throughput plot says of an ended script or imported run that gave no throughput (None:
     the plot's usual text)."""
-    if facts is None or not facts.named or not facts.ended or facts.no_metrics is not None:
+    if facts is None or not facts.named or not facts.ended:
         return None
+    if facts.no_metrics is not None:  # the loss plot says why, in full
+        return "no metric was read"
     if any(info.name in RATE_SERIES and info.points for info in facts.infos):
         return None
     return "no throughput: the script gave no samples_per_s or tokens_per_s"
