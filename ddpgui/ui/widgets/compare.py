@@ -234,8 +234,11 @@ class CompareView(ExportMixin, QWidget):
 
     def refresh_sweeps(self) -> None:
         """Read the list of sweeps on a worker and fill the chooser."""
-        self.loader(self.store.list_sweeps, on_return=self._set_sweeps,
-                    on_error=lambda exc: self.status.setText(f"Could not read the sweeps: {exc}"))
+        # bound methods, not lambdas: Qt drops a reply whose widget is gone (a window closed while it read)
+        self.loader(self.store.list_sweeps, on_return=self._set_sweeps, on_error=self._sweeps_unread)
+
+    def _sweeps_unread(self, exc: Exception) -> None:
+        self.status.setText(f"Could not read the sweeps: {exc}")
 
     def _set_sweeps(self, sweeps: list[SweepRecord]) -> None:
         self.sweeps = sweeps
