@@ -47,7 +47,7 @@ def clean(raw: bytes) -> Segment:
     text = raw.decode("utf-8", "replace")
     if "\x1b" not in text:
         return Segment(text, False)
-    return Segment(without_ansi(text), _UP.search(raw) is not None)
+    return Segment(_ANSI.sub("", text), _UP.search(raw) is not None)
 
 
 class FrameSplitter:

@@ -35,6 +35,15 @@ def manager(tmp_path):
     m.store.close()
 
 
+def _launched(store, cell):
+    """The cell's run once the launch has recorded it, else None (the runner names the cell's run id just
+    before the launch inserts its row)."""
+    try:
+        return store.get_run(cell.run_id) if cell.run_id else None
+    except RunNotFound:
+        return None
+
+
 def _why(store, cells):
     """What to print when a cell is not as expected: each cell's state and reason, and its run's stderr."""
     return [(c.label, c.state, c.reason, store.log_tail(c.run_id)[-1500:] if c.run_id else b"") for c in cells]
@@ -176,11 +185,8 @@ def test_restart_mid_sweep_continues_with_the_next_cell_and_runs_none_twice(tmp_
 
     def second_cell_launched():
         cells = store.sweep_cells(sweep.id)
-        try:  # the cell names its run id just before the launch records the run
-            return cells[0].state == "done" and cells[1].state == "running" and cells[1].run_id and \
-                store.get_run(cells[1].run_id).run_dirs
-        except RunNotFound:
-            return False
+        run = _launched(store, cells[1])
+        return cells[0].state == "done" and cells[1].state == "running" and run is not None and run.run_dirs
 
     assert wait_for(second_cell_launched, timeout=300), _why(store, store.sweep_cells(sweep.id))
     runner.close()  # the app exits mid-sweep: its run goes on on the host
@@ -249,11 +255,8 @@ def test_stop_ends_the_running_cell_and_cancels_the_rest(manager):
     store = manager.store
 
     def running_steps():
-        cell = store.sweep_cells(sweep.id)[0]
-        try:  # the cell names its run id just before the launch records the run
-            return cell.run_id and (store.get_run(cell.run_id).last_step or 0) > 1
-        except RunNotFound:
-            return False
+        run = _launched(store, store.sweep_cells(sweep.id)[0])
+        return run is not None and (run.last_step or 0) > 1
 
     assert wait_for(running_steps, timeout=180), _why(store, store.sweep_cells(sweep.id))
     stopped = runner.stop(sweep.id)
@@ -301,10 +304,8 @@ def test_cli_sweep_table_list_interrupt_and_resume(tmp_path):
         def first_cell_launched():
             sweeps = [s for s in store.list_sweeps() if s.name == "to interrupt"]
             cells = store.sweep_cells(sweeps[0].id) if sweeps else []
-            try:  # the runner names the cell's run before the launch inserts its row
-                return cells and cells[0].run_id and store.get_run(cells[0].run_id).run_dirs
-            except RunNotFound:
-                return False
+            run = _launched(store, cells[0]) if cells else None
+            return run is not None and run.run_dirs
         assert wait_for(first_cell_launched, timeout=120)
         interrupted.send_signal(signal.SIGINT)
         out, err = interrupted.communicate(timeout=120)

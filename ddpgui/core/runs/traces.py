@@ -8,6 +8,7 @@ import numpy as np
 from remote_runner.spools import EVENTS, METRICS, TELEMETRY
 
 from ..store import RunRecord, RunStore
+from .loglines import log_text
 from .nodes import NodeState, node_states
 from .protocol import LOG_SPOOLS
 
@@ -20,14 +21,15 @@ class TraceData:
     metrics: dict[str, np.ndarray]
     telemetry: dict[int, dict[str, np.ndarray]]  # node → its series
     events: list[dict]
-    logs: dict[str, bytes]  # node 0's
+    logs: dict[str, str]  # node 0's, as load_logs gives them
     last_seq: dict[tuple[str, int], int] = field(default_factory=dict)  # (spool, node) → last seq read
     nodes: list[NodeState] = field(default_factory=list)  # a multi-node run's nodes
 
 
-def load_logs(store: RunStore, run_id: str, node: int = 0) -> dict[str, bytes]:
-    """The log tails of one node of a run (a worker reads them)."""
-    return {spool: store.log_tail(run_id, spool, node) for spool in LOG_SPOOLS}
+def load_logs(store: RunStore, run_id: str, node: int = 0) -> dict[str, str]:
+    """The log tails of one node of a run, as the app shows them (:func:`.loglines.log_text`; a worker reads
+    them: decoding a large tail is no work for the GUI thread)."""
+    return {spool: log_text(store.log_tail(run_id, spool, node)) for spool in LOG_SPOOLS}
 
 
 def load_trace(store: RunStore, run_id: str) -> TraceData:

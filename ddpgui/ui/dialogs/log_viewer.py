@@ -50,7 +50,7 @@ class NodeLogs:
     run: RunRecord
     labels: dict[int, str]
     node: int
-    logs: dict[str, bytes]
+    logs: dict[str, str]
 
 
 def read_node_logs(store: RunStore, run_id: str, node: int) -> NodeLogs:
@@ -161,7 +161,7 @@ class LogViewer(QDialog):
         self.setWindowTitle(f"Logs of {read.run.name or read.run.id}")
         for spool in LOG_SPOOLS:
             key = (read.node, spool)
-            stored = kept(log_text(read.logs.get(spool, b"")))
+            stored = kept(read.logs.get(spool, ""))
             # lines that arrived live while it was read are in the store's tail too, unless they came after it
             live = self.texts.get(key, "")
             self.texts[key] = stored if not live or stored.endswith(live) else kept(stored + live)

@@ -6,7 +6,6 @@ import time
 import numpy as np
 
 from ddpgui.core.runs.live import LiveRun
-from ddpgui.core.runs.loglines import log_text
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.runs.nodes import NodeState
 from ddpgui.core.runs.protocol import LOG_SPOOLS
@@ -159,8 +158,8 @@ class RunTrace:
             self.live.add_interval(float(metrics["t"][i]), int(metrics["step"][i]), value("global_batch", i),
                                    value("samples_per_s", i), warm)
 
-    def set_logs(self, logs: dict[str, bytes]) -> None:
-        self.logs = [log_text(logs[s]).rstrip("\n") for s in LOG_SPOOLS if logs.get(s)]
+    def set_logs(self, logs: dict[str, str]) -> None:
+        self.logs = [logs[s].rstrip("\n") for s in LOG_SPOOLS if logs.get(s)]
 
     def _load_telemetry(self, telemetry: dict[str, np.ndarray], x_axis: str, warm_t: float | None,
                         node: int = 0) -> None:
