@@ -123,6 +123,21 @@ class OutsideLegend(pg.LegendItem):
             self._fitting = False
 
 
+def _mark_lone_point(curve: pg.PlotDataItem, lone: bool) -> None:
+    """A curve of one point draws no line: show that point as a dot (a script that logged once), and no dots
+    once it has two."""
+    if lone == (curve.opts.get("symbol") is not None):
+        return
+    if lone:
+        color = curve.opts["pen"].color()
+        curve.setSymbol("o")
+        curve.setSymbolSize(6)
+        curve.setSymbolPen(color)
+        curve.setSymbolBrush(color)
+    else:
+        curve.setSymbol(None)
+
+
 class LivePlot(pg.PlotWidget):
     """Curves bound to buffers; :meth:`redraw` pushes the buffers that changed, or all after a pan/zoom."""
 
@@ -279,6 +294,7 @@ class LivePlot(pg.PlotWidget):
                     if drawn is not None and self._drawn.get(key) == drawn:
                         continue  # the raw points, unchanged: the view alone moved
                     curve.setData(*buffer.envelope(x0, x1, pixels))
+                    _mark_lone_point(curve, len(buffer) == 1)
                     self._drawn[key] = drawn
                 if any(view.state["autoRange"]):
                     # follow the new data now: left to paint time, the range change would paint the frame twice
