@@ -89,10 +89,20 @@ def test_two_nodes_train_as_one_world_under_one_job(cluster, slurm):
     assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 30)
 
 
+def _occupy_both_nodes(slurm) -> str:
+    """A job holding both nodes, so that the next one waits: a hold or a stop then reaches a job that has
+    not started (on a loaded machine a free cluster starts a job before the test's next command)."""
+    blocker = slurm.sbatch("-N2", "--exclusive", "--wrap", "sleep 600")
+    assert wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm.jobs()), 60)
+    return blocker
+
+
 def test_a_held_job_shows_its_reason_then_runs_when_released(cluster, slurm):
     manager = cluster()
+    blocker = _occupy_both_nodes(slurm)
     record = manager.launch("cluster", dict(SMALL, steps=10), follow=True)
     slurm.run("scontrol", "uhold", _job(record))  # a user's hold (root's plain hold is an administrator's)
+    slurm.run("scancel", blocker)
     assert wait_for(lambda: "JobHeldUser" in manager.store.get_run(record.id).message, 60), \
         manager.store.get_run(record.id).message
     held = manager.store.get_run(record.id)
@@ -104,8 +114,7 @@ def test_a_held_job_shows_its_reason_then_runs_when_released(cluster, slurm):
 
 def test_a_job_waiting_for_nodes_is_queued_with_its_reason(cluster, slurm):
     manager = cluster()
-    blocker = slurm.sbatch("-N2", "--exclusive", "--wrap", "sleep 600")
-    assert wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm.jobs()), 60)
+    blocker = _occupy_both_nodes(slurm)
     record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=10))
     assert wait_for(lambda: "Resources" in manager.store.get_run(record.id).message
                     or "Priority" in manager.store.get_run(record.id).message, 60), \
@@ -128,13 +137,14 @@ def test_stop_cancels_the_job_and_leaves_nothing_running(cluster, slurm):
 
 def test_stop_of_a_queued_job_cancels_it_before_it_starts(cluster, slurm):
     manager = cluster()
+    blocker = _occupy_both_nodes(slurm)
     record = manager.launch("cluster", dict(SMALL, steps=10))
-    slurm.run("scontrol", "uhold", _job(record))
     manager.stop(record.id)
     final = manager.wait(record.id, timeout=120)
     assert final.state == "stopped" and final.failure is None, (final.message, final.hint)
     assert "cancelled before it started" in final.message
-    assert not slurm.jobs()
+    assert [j["id"] for j in slurm.jobs()] == [blocker]
+    slurm.run("scancel", blocker)
 
 
 def test_a_job_over_its_time_limit_ends_timed_out(cluster, slurm):
