@@ -23,6 +23,8 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 INFERENCE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+#: The run settings a user's script can be given, in its framework's words or the user's mapping.
+SCRIPT_SETTINGS = ("compile", "precision", "batch_size")
 _ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$")
 #: An environment variable name as POSIX shells accept it (``NCCL_DEBUG``, ``_X1``): the one rule for
 #: ``launch --env``, ``hosts --node-env``, a host profile's env, sweeps, the app's forms and config.json.
@@ -73,6 +75,16 @@ class ScriptConfig:
     fingerprint: Optional[dict[str, Optional[str]]] = None
     #: The folder on the client the script was taken from (``dir`` is where the host runs it: an upload).
     source: Optional[str] = None
+    #: Named arguments (a sweep's ``--arg`` axes and fixed ones): ``{"--lr": "3e-4"}`` is passed as ``--lr=3e-4``.
+    options: dict[str, str] = field(default_factory=dict)
+    #: The framework the client recognised in the entry file (transformers, accelerate, lightning-cli, nanogpt),
+    #: None for another script; ``mapping`` names where the settings' words came from when a ddpgui.toml gave them.
+    framework: Optional[str] = None
+    #: Which of the run's compile, precision and batch_size settings the script was given (in its own words:
+    #: ``passed_args`` and ``passed_env``); the others are the script's own business.
+    applied: list[str] = field(default_factory=list)
+    passed_args: list[str] = field(default_factory=list)
+    passed_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.loss_series is not None and (not isinstance(self.loss_series, str) or not self.loss_series.strip()):
@@ -84,6 +96,20 @@ class ScriptConfig:
                 re.compile(self.metric_regex)
             except re.error as exc:
                 raise ConfigError("script.metric_regex", "not a valid regular expression: %s" % exc) from None
+        for name in self.options:
+            if not name.startswith("-") or "=" in name or not name.strip("-") or any(c.isspace() for c in name):
+                raise ConfigError("script.options", "an argument's name starts with '-' and holds no '=' or space "
+                                  "(e.g. --lr), got %r" % (name,))
+        for name in self.applied:
+            if name not in SCRIPT_SETTINGS:
+                raise ConfigError("script.applied", "must name settings among %s, got %r"
+                                  % (", ".join(SCRIPT_SETTINGS), name))
+        check_env(self.passed_env, "script.passed_env")
+
+    def argv(self) -> list:
+        """The script's arguments: the fixed ones, the named ones, then the settings in the script's words (last,
+        so that they win over a fixed argument that gives the same option)."""
+        return list(self.args) + ["%s=%s" % item for item in self.options.items()] + list(self.passed_args)
 
 
 @dataclass

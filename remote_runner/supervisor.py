@@ -159,7 +159,7 @@ class Supervisor:
             # The user's script runs under our entry (as runpy does), which leaves the way _train does.
             script = cfg.script
             return argv + self_command()[1:] + [SCRIPT_COMMAND, os.path.join(script.dir, script.entry)] + \
-                list(script.args)
+                script.argv()
         return argv + self_command()[1:] + ["_train", self.run_dir]
 
     def run(self, keep_host: bool = False) -> int:
@@ -225,6 +225,8 @@ class Supervisor:
                 self.script_reading = ScriptReading(self.run_dir, cfg)
             self.script_reading.prepare(env)
         env.update(cfg.env)
+        if script_mode:
+            env.update(cfg.script.passed_env)
         cwd = cfg.script.dir if script_mode else self.run_dir
         out = open(os.path.join(self.run_dir, STDOUT), "ab")
         err = open(os.path.join(self.run_dir, STDERR), "ab")

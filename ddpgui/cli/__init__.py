@@ -29,13 +29,29 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(lambda: _parse_and_run(argv))  # Ctrl-C and closed pipes, from the first line of output on
 
 
-def _parse_and_run(argv: list[str]) -> int:
-    # What follows "--" is the script's (argparse would mistake it for an optional HOST).
+def _joined_arg_values(argv: list[str]) -> list[str]:
+    """``--arg --lr=3e-4`` as ``--arg=--lr=3e-4``: argparse takes a value that starts with '-' for an option."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] == "--arg" and token.startswith("-"):
+            out[-1] = f"--arg={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def parse_command(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; what follows "--" is the script's (argparse would mistake it for an optional
+    HOST)."""
     head, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = build_parser()
-    args = parser.parse_args(head)
+    args = parser.parse_args(_joined_arg_values(head))
     if script_args:
         if not hasattr(args, "script_args"):
             parser.error(f"unexpected arguments after --: {' '.join(script_args)}")
         args.script_args = [*args.script_args, *script_args]
-    return execute(args)
+    return args
+
+
+def _parse_and_run(argv: list[str]) -> int:
+    return execute(parse_command(argv))

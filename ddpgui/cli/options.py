@@ -19,6 +19,7 @@ from remote_runner.config import (
 
 from ..core.gpus.launching import pool_snapshot_of, resolve_gpus
 from ..core.gpus.picker import GpuChoice, GpuChoiceError, parse_gpu_choice
+from ..core.sweeps.plan import arg_option, split_values
 from .common import CLIError, terminal_text
 
 if TYPE_CHECKING:
@@ -43,7 +44,11 @@ def launch_settings(args: argparse.Namespace) -> dict:
     if args.script:
         settings["mode"] = "script"
         settings["script"] = {"dir": args.script, "entry": args.entry, "args": list(args.script_args),
-                              "metric_regex": args.metric_regex, "loss_series": args.loss_series}
+                              "metric_regex": args.metric_regex, "loss_series": args.loss_series,
+                              "options": dict(args.arg or [])}
+    elif args.arg:
+        raise CLIError(f"--arg {args.arg[0][0]}=... is an argument of your script, and this runs no script",
+                       "give --script DIR (and --entry FILE), or pass the built-in workload's settings as options")
     return settings
 
 
@@ -58,6 +63,9 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss-series", default=None, metavar="NAME",
                    help="the series that is your script's loss (e.g. val_loss); default: the first loss-like one "
                         "(loss, train_loss, ...); change it later with: ddpgui series RUN --loss NAME")
+    p.add_argument("--arg", action="append", type=arg_pair, metavar="--NAME=VALUE",
+                   help="a named argument for your script, passed as --NAME=VALUE (ddpgui sweep: --NAME=A,B is an "
+                        "axis); fixed arguments go after --")
     p.add_argument("--mode", choices=("train", "inference"), default=None)
     p.add_argument("--inference-precisions", default=None, help=f"comma list of {','.join(INFERENCE_PRECISIONS)}")
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs) per node")
@@ -120,11 +128,19 @@ def env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+def arg_pair(text: str) -> tuple[str, str]:
+    """``--NAME=VALUE`` of ``--arg`` (argparse type): the script's option and its value, data never a shell's."""
+    try:
+        return arg_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def comma_list(convert: Callable | None, choices: tuple | None) -> Callable[[str], list]:
     """An argparse type: ``a,b,c`` → a list of values, each converted and checked like the launch option's one."""
     def parse(text: str) -> list:
         values = []
-        for part in text.split(","):
+        for part in split_values(text):
             part = part.strip()
             if not part:
                 raise argparse.ArgumentTypeError(f"an empty value in {text!r}")

@@ -14,6 +14,7 @@ from ..core.runs import launches
 from ..core.runs.config import make_config, settings_text
 from ..core.runs.manager import RunManager
 from ..core.runs.nodes import node_states
+from ..core.runs.reported import script_reports, script_settings_lines
 from ..core.runs.series import run_series_lines
 from ..core.store import RunRecord, RunStore
 from ..core.targets.fingerprint import summary as code_summary
@@ -131,6 +132,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         code = code_summary((cfg.get("script") or {}).get("fingerprint"))
         if code:
             print(f"  code        {text(code)}")
+        if cfg.get("mode") == "script":
+            for label, line in script_settings_lines(cfg, script_reports(store, record.id)):
+                print(f"  {label:<12}{text(line, True)}")
         if cfg.get("gpus") is not None:
             how = f", picked as {cfg['gpu_choice']}" if cfg.get("gpu_choice") else ""
             print(f"  gpus        {','.join(map(str, cfg['gpus']))} (CUDA_VISIBLE_DEVICES{how})")

@@ -23,6 +23,7 @@ from ..core.runs.live import format_duration, format_rate, progress_bar
 from ..core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from ..core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
 from ..core.sweeps.gpus import sweep_gpus
+from ..core.sweeps.plan import put_named_axes
 from .common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -53,6 +54,7 @@ def _spec(args: argparse.Namespace) -> SweepSpec:
             base[key] = values[0]
         elif values is not None:
             matrix[key] = values
+    put_named_axes(base, matrix, args.arg or [], args.env or [])
     return SweepSpec(hosts=hosts, base=base, matrix=matrix, repeats=args.repeats, parallel=args.parallel,
                      name=args.name or "")
 
@@ -265,8 +267,9 @@ def _print_cells(store: RunStore, sweep: SweepRecord) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run every combination of settings (each a comma list) × repeats × hosts",
                        description="Run a matrix of runs: each launch setting takes a comma list "
-                                   "(--precision fp32,bf16 --nproc 1,2); every combination runs --repeats times "
-                                   "on each host, one at a time per host unless --parallel.")
+                                   "(--precision fp32,bf16 --nproc 1,2), and so do a script's --arg --NAME=A,B and "
+                                   "--env NAME=A,B (a comma inside a value is \\,); every combination runs "
+                                   "--repeats times on each host, one at a time per host unless --parallel.")
     p.add_argument("host", nargs="?", help="host profile name; 'local' is this computer")
     add_launch_settings(p)
     for action in p._actions:  # the launch options, each taking a comma list of its values

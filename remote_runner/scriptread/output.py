@@ -35,9 +35,10 @@ class OutputReader:
     """Feed it the stream's bytes as they come (:meth:`feed`), :meth:`idle` when none came for a while,
     :meth:`close` at the end."""
 
-    def __init__(self, stream: str, sink: MetricSink, regex=None, clock=time.monotonic):
+    def __init__(self, stream: str, sink: MetricSink, regex=None, clock=time.monotonic, reports=None):
         self.stream = stream
         self.sink = sink
+        self.reports = reports  # a SettingsReports (reports.py): what the script says it runs with
         self.regex = regex
         self.clock = clock
         self.splitter = FrameSplitter(every_line=regex is not None)
@@ -55,6 +56,8 @@ class OutputReader:
         return list(self.splitter.last)
 
     def feed(self, data: bytes) -> None:
+        if self.reports is not None:
+            self.reports.feed(self.stream, data)
         for segment in self.splitter.feed(data):
             self._segment(segment)
 

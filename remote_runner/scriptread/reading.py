@@ -14,6 +14,7 @@ from . import rank0
 from .files import LogFileWatcher
 from .output import OutputReader
 from .pump import OutputPump
+from .reports import SettingsReports
 from .sink import MetricSink
 
 #: Seconds the pipes are read after torchrun has ended (a process the script left behind may hold one).
@@ -28,7 +29,9 @@ class ScriptReading:
         self.writer = SpoolWriter(os.path.join(run_dir, METRICS))
         self.sink = MetricSink(self.writer, self._event, world_size=config.world_size,
                                loss_series=script.loss_series if script else None)
-        self.readers = {name: OutputReader(name, self.sink, regex) for name in ("stdout", "stderr")}
+        self.reports = SettingsReports(self._event)
+        self.readers = {name: OutputReader(name, self.sink, regex, reports=self.reports)
+                        for name in ("stdout", "stderr")}
         self.watcher = LogFileWatcher(run_dir, self.sink)
         self.watcher.start()
         self._pump: Optional[OutputPump] = None

@@ -5,6 +5,7 @@ from pathlib import Path
 from helpers.stored_runs import store_run
 
 from remote_runner.scriptread.output import OutputReader
+from remote_runner.scriptread.reports import SettingsReports
 from remote_runner.scriptread.sink import MetricSink
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "scriptlogs"
@@ -21,9 +22,12 @@ def host_run(capture: str, loss_series: str | None = None, streams=("stderr", "s
         def write(self, record, t=None):
             records.append(dict(record, t=T0 + 1.0 + len(records) if t is None else t))
 
-    sink = MetricSink(Writer(), lambda event, /, **fields: events.append(dict(fields, event=event, t=T0 + 100.0)),
-                      world_size=2, loss_series=loss_series)
-    readers = [(stream, OutputReader(stream, sink)) for stream in streams]
+    def event(name, /, **fields):
+        events.append(dict(fields, event=name, t=T0 + 100.0))
+
+    sink = MetricSink(Writer(), event, world_size=2, loss_series=loss_series)
+    reports = SettingsReports(event)  # what the script says it ran with, as the supervisor reads it
+    readers = [(stream, OutputReader(stream, sink, reports=reports)) for stream in streams]
     for stream, reader in readers:
         reader.feed(data[stream] if data is not None else (CAPTURES / f"{capture}.{stream}").read_bytes())
         reader.close()

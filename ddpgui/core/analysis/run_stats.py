@@ -78,13 +78,23 @@ def _finite(x: np.ndarray) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+#: The throughput a script prints (series names as the host's reader stores them), most preferred first.
+SCRIPT_RATES = (("samples_per_second", "samples/s"), ("samples/s", "samples/s"), ("tokens_per_s", "tokens/s"),
+                ("tokens_per_second", "tokens/s"), ("tokens/s", "tokens/s"), ("tok/s", "tokens/s"),
+                ("tps", "tokens/s"))
+
+
 def _throughput(metrics: dict[str, np.ndarray], events: list[dict],
                 rule: SteadyRule) -> tuple[np.ndarray, np.ndarray, str, str]:
     """(per-interval rates, their steps, unit, reason when empty) of the training intervals past the events' cut."""
     step, t = metrics["step"], metrics["t"]
     unit = "samples/s"
     rate = metrics["samples_per_s"]
-    if not np.isfinite(rate).any():  # a script's records: steps per second from step and t
+    for name, name_unit in SCRIPT_RATES:  # a script's own throughput, as it prints it
+        if np.isfinite(rate).any():
+            break
+        rate, unit = metrics[name], name_unit
+    if not np.isfinite(rate).any():  # a script's records with no rate: steps per second from step and t
         unit = "steps/s"
         rate = np.full(len(step), np.nan)
         if len(step) > 1:
@@ -112,8 +122,8 @@ def run_stats(store: RunStore, run_id: str, price_per_hour: float | None = None,
     """
     run = store.get_run(run_id)
     reasons: dict[str, str] = {}
-    metrics = store.series(run_id, METRICS, keys=["step", "t", "phase", "loss", "samples_per_s", "mem_peak_gib",
-                                                   "warmup"])
+    keys = ["step", "t", "phase", "loss", "samples_per_s", "mem_peak_gib", "warmup"]
+    metrics = store.series(run_id, METRICS, keys=keys + [name for name, _ in SCRIPT_RATES])
     phase = metrics["phase"]
     if phase.dtype == object:  # a script's records are all training ones (phase "script", or none before)
         train = (phase == "train") | (phase == "script") | (phase == None)  # noqa: E711 (elementwise on an object array)

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from remote_runner.config import ConfigError, RunConfig
+from remote_runner.config import ConfigError, RunConfig, env_problem
 
 from ..gpus.picker import GpuChoiceError, parse_gpu_choice
 from ..hosts import HostNotFound, HostStore
@@ -55,14 +55,113 @@ class SweepSpec:
 
 
 
+#: An axis over one of a script's arguments (``arg:--lr``: the cells pass ``--lr=VALUE``) or over an environment
+#: variable (``env:OMP_NUM_THREADS``).
+ARG_AXIS = "arg:"
+ENV_AXIS = "env:"
+
+
 def axis_field(name: str) -> str:
-    """The config field an axis name sets (``nproc`` → ``nproc_per_node``, ``batch-size`` → ``batch_size``)."""
-    name = name.strip().replace("-", "_")
+    """The config field an axis name sets (``nproc`` → ``nproc_per_node``, ``batch-size`` → ``batch_size``);
+    an ``arg:`` or ``env:`` axis keeps its name."""
+    name = name.strip()
+    if name.startswith((ARG_AXIS, ENV_AXIS)):
+        return name
+    name = name.replace("-", "_")
     return AXIS_ALIASES.get(name, name)
 
 
 def _short(field_name: str) -> str:
+    if field_name.startswith((ARG_AXIS, ENV_AXIS)):
+        return field_name.split(":", 1)[1]
     return _SHORT_NAMES.get(field_name, field_name)
+
+
+def split_values(text: str) -> list[str]:
+    """``a,b,c`` → its values; ``\\,`` is a comma inside a value (``--env CUDA_VISIBLE_DEVICES=0\\,1``)."""
+    parts, current, escaped = [], [], False
+    for char in text:
+        if escaped:
+            current.append(char if char == "," else "\\" + char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ",":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current) + ("\\" if escaped else ""))
+    return parts
+
+
+def arg_option(text: str) -> tuple[str, str]:
+    """``--NAME=VALUE`` → (``--NAME``, ``VALUE``): a script's named argument, data never a shell's; raises
+    ValueError for anything else."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("-") or not name.strip("-") or any(c.isspace() for c in name):
+        raise ValueError(f"expected --NAME=VALUE (e.g. --lr=3e-4), got {text!r}")
+    return name, value
+
+
+def put_named_axes(base: dict, matrix: dict, args=(), env=()) -> None:
+    """A script's ``--NAME=A,B`` (``args``) and ``NAME=A,B`` (``env``) pairs, as (name, values text): several
+    values make an ``arg:``/``env:`` axis of ``matrix``, one value a fixed argument or variable of ``base``."""
+    if args and base.get("mode") != "script":
+        raise SweepError(f"{args[0][0]} is an argument of your script, and this sweep runs no script",
+                         "give --script DIR (and --entry FILE)")
+    for pairs, prefix in ((args, ARG_AXIS), (env, ENV_AXIS)):
+        for name, text in pairs:
+            values = split_values(text)
+            if prefix == ARG_AXIS:
+                script = base["script"] = dict(base.get("script") or {})
+                fixed = script["options"] = dict(script.get("options") or {})
+            else:
+                fixed = base["env"] = dict(base.get("env") or {})
+            fixed.pop(name, None)
+            if len(values) > 1:
+                matrix[prefix + name] = values
+            else:
+                fixed[name] = values[0]
+    if base.get("env") == {}:
+        base["env"] = None
+
+
+def _check_named_axis(name: str, key: str, base: dict) -> None:
+    """An ``arg:``/``env:`` axis: a name a script or an environment can take, not also given as fixed."""
+    bare = key.split(":", 1)[1]
+    if key.startswith(ARG_AXIS):
+        if not bare.startswith("-") or "=" in bare or not bare.strip("-") or any(c.isspace() for c in bare):
+            raise SweepError(f"sweep axis {name!r}: an argument axis names an option such as --lr",
+                             "e.g. --arg \"--lr=1e-4,3e-4\"", axis=name)
+        if base.get("mode") != "script":
+            raise SweepError(f"sweep axis {bare} is an argument of your script, and this sweep runs no script",
+                             "give --script DIR (and --entry FILE)", axis=name)
+        if bare in ((base.get("script") or {}).get("options") or {}):
+            raise SweepError(f"{bare} is both a fixed argument and a sweep axis", "drop one of them", axis=name)
+    else:
+        problem = env_problem(bare)
+        if problem:
+            raise SweepError(f"sweep axis {name!r}: {problem}", "e.g. --env OMP_NUM_THREADS=1,4", axis=name)
+        if bare in (base.get("env") or {}):
+            raise SweepError(f"{bare} is both a fixed environment variable and a sweep axis", "drop one of them",
+                             axis=name)
+
+
+def cell_settings(base: dict, values: dict) -> dict:
+    """The settings of the cell with the axis ``values``: an ``arg:`` value goes to the script's named
+    arguments, an ``env:`` value to the run's environment, any other to its setting."""
+    settings = dict(base)
+    for key, value in values.items():
+        if key.startswith(ARG_AXIS):
+            script = dict(settings.get("script") or {})
+            script["options"] = {**(script.get("options") or {}), key[len(ARG_AXIS):]: str(value)}
+            settings["script"] = script
+        elif key.startswith(ENV_AXIS):
+            settings["env"] = {**(settings.get("env") or {}), key[len(ENV_AXIS):]: str(value)}
+        else:
+            settings[key] = value
+    return settings
 
 
 def _shown(value: object) -> str:
@@ -83,10 +182,13 @@ def _checked_matrix(matrix: dict[str, list], base: dict) -> dict[str, list]:
     out: dict[str, list] = {}
     for name, values in matrix.items():
         key = axis_field(name)
-        if key not in _CONFIG_FIELDS or key in _NOT_AXES:
+        if key.startswith((ARG_AXIS, ENV_AXIS)):
+            _check_named_axis(name, key, base)
+        elif key not in _CONFIG_FIELDS or key in _NOT_AXES:
             raise SweepError(f"sweep axis {name!r} is not a run setting",
                              "an axis is a setting such as compile, precision, nproc, batch_size, workload, lr, "
-                             "steps", axis=name)
+                             "steps, a script's argument (arg:--lr) or an environment variable (env:NAME)",
+                             axis=name)
         if key in out:
             raise SweepError(f"sweep axis {name!r} is given twice (as {_short(key)} and {key})",
                              "give each setting once", axis=name)
@@ -109,6 +211,9 @@ def _seed_policy(base: dict, matrix: dict[str, list], repeats: int) -> tuple[boo
     """(whether repeats get seeds of their own, the sentence that says which seeds the runs use)."""
     if "seed" in matrix:
         return False, "seed is an axis: the repeats of a combination share its seed"
+    if base.get("mode") == "script":
+        return False, ("your script chooses its own seeds (ddpgui gives a script none; sweep an argument, e.g. "
+                       "--arg \"--seed=0,1\", to vary them)")
     if base.get("seed") is not None:
         return False, f"seed {base['seed']} fixed by you: every run uses it"
     if repeats == 1:
@@ -149,7 +254,7 @@ def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRe
     combos = [dict(zip(matrix, values)) for values in itertools.product(*matrix.values())]
     for repeat in range(spec.repeats):
         for values in combos:
-            settings = {**base, **values, **({"seed": repeat} if own_seeds else {})}
+            settings = cell_settings(base, {**values, **({"seed": repeat} if own_seeds else {})})
             for slurm in sorted({hosts is not None and hosts.get(h).is_slurm for h in names}):
                 # A cluster's runs are Slurm jobs: several nodes need no endpoint (the job finds its own)
                 _validate(dict(settings, scheduler="slurm") if slurm else settings, values)

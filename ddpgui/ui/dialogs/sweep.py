@@ -1,6 +1,8 @@
 """The "New sweep…" dialog: the launch form's settings as the base, plus the axes, checked live by plan_sweep."""
 from __future__ import annotations
 
+import shlex
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -17,6 +19,7 @@ from PySide6.QtWidgets import (
 
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.sweeps import SweepError, SweepSpec, plan_sweep
+from ddpgui.core.sweeps.plan import arg_option, put_named_axes
 from remote_runner.config import COMPILE_MODES, PRECISIONS
 
 #: Checkable axes: (config field, title, choices).
@@ -40,6 +43,28 @@ def _checkable(values, checked) -> QListWidget:
 def _checked(widget: QListWidget) -> list[str]:
     return [widget.item(i).text() for i in range(widget.count())
             if widget.item(i).checkState() == Qt.CheckState.Checked]
+
+
+def parse_pairs(text: str, script: bool) -> list[tuple[str, str]]:
+    """``--lr=1e-4,3e-4 --model=small,base`` (``script``) or ``OMP_NUM_THREADS=1,4 A=x`` → (name, values text)
+    pairs; a value with spaces is quoted as in a shell (split, never run by one)."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise SweepError(f"{text!r} cannot be split: {exc}", "close the quotes") from None
+    pairs = []
+    for word in words:
+        if script:
+            try:
+                pairs.append(arg_option(word))
+            except ValueError as exc:
+                raise SweepError(str(exc), "e.g. --lr=1e-4,3e-4 --model=small,base") from None
+        else:
+            name, sep, values = word.partition("=")
+            if not sep or not name:
+                raise SweepError(f"expected NAME=VALUES, got {word!r}", "e.g. OMP_NUM_THREADS=1,4")
+            pairs.append((name, values))
+    return pairs
 
 
 def parse_counts(text: str, what: str) -> list[int]:
@@ -70,9 +95,15 @@ class SweepDialog(QDialog):
         self.name = QLineEdit(objectName="sweep_name", placeholderText="default: the axes and the date")
         self.checks = {key: _checkable(choices, [str(self.base.get(key, ""))])
                        for key, _, choices in CHECK_AXES}
-        self.commas = {key: QLineEdit(str(self.base.get(key, "")), objectName=f"sweep_{key}",
+        self.commas = {key: QLineEdit("" if self.base.get(key) is None else str(self.base[key]), objectName=f"sweep_{key}",
                                       placeholderText=f"comma list, e.g. {example}")
                        for key, _, example in COMMA_AXES}
+        self.script = self.base.get("mode") == "script"
+        self.args = QLineEdit(objectName="sweep_args", placeholderText="e.g. --lr=1e-4,3e-4 --model=small,base",
+                              toolTip="Your script's named arguments, each --NAME=VALUES: several values are an "
+                                      "axis, one is passed to every run (\\, is a comma inside a value)")
+        self.env = QLineEdit(objectName="sweep_env", placeholderText="e.g. OMP_NUM_THREADS=1,4",
+                             toolTip="Environment variables, each NAME=VALUES: several values are an axis")
         self.repeats = QSpinBox(objectName="sweep_repeats", minimum=1, maximum=100, value=1)
         self.host_list = _checkable(hosts.names(), [current_host])
         self.host_list.setObjectName("sweep_hosts")
@@ -97,6 +128,11 @@ class SweepDialog(QDialog):
             form.addRow(title, self.checks[key])
         for key, title, _ in COMMA_AXES:
             form.addRow(title, self.commas[key])
+        if self.script:
+            form.addRow("Script arguments", self.args)
+        else:
+            self.args.setVisible(False)
+        form.addRow("Environment", self.env)
         form.addRow("Repeats", self.repeats)
         form.addRow("Hosts", self.host_list)
         form.addRow(self.parallel)
@@ -111,7 +147,7 @@ class SweepDialog(QDialog):
         self.name.textChanged.connect(self.validate)
         for widget in (*self.checks.values(), self.host_list):
             widget.itemChanged.connect(self.validate)
-        for edit in self.commas.values():
+        for edit in (*self.commas.values(), self.args, self.env):
             edit.textChanged.connect(self.validate)
         self.repeats.valueChanged.connect(self.validate)
         self.parallel.toggled.connect(self.validate)
@@ -132,6 +168,8 @@ class SweepDialog(QDialog):
                 base[key] = chosen[0]
             else:
                 matrix[key] = chosen
+        put_named_axes(base, matrix, parse_pairs(self.args.text(), True) if self.script else [],
+                       parse_pairs(self.env.text(), False))
         return SweepSpec(hosts=_checked(self.host_list), base=base, matrix=matrix, repeats=self.repeats.value(),
                          parallel=self.parallel.isChecked(), name=self.name.text().strip())
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 
 from PySide6.QtCore import QMargins, Qt, Signal
-from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -45,10 +44,12 @@ from remote_runner.config import (
 )
 from remote_runner.probe import precision_problems as probe_precision_problems
 
+from ..dialogs.script_mapping import MappingDialog
 from .field_marks import FieldMarks
 from .gpu_picker import GpuPicker
 from .launch_tips import apply_tips
 from .script_reading import ScriptReading
+from .script_settings import ScriptSettings
 from .slurm_view import (
     MAX_NODES_UNKNOWN,
     ElidedLabel,
@@ -110,6 +111,9 @@ class LaunchPanel(FieldMarks, QWidget):
         self.precision = QComboBox(objectName="precision")
         self.precision.addItems(PRECISIONS)
         self.batch = QSpinBox(objectName="batch_size", minimum=1, maximum=1 << 20, value=32)
+        # for a script: "as the script does" first, what will be passed, greyed values and "Map a setting…"
+        self.script_settings = ScriptSettings(self.compile, self.precision, self.batch, self)
+        self.script_settings.map_requested.connect(self._map_setting)
         self.global_batch = QLabel(objectName="global_batch")
         self.length = QSpinBox(objectName="length", minimum=1, maximum=10 ** 9, value=200)
         self.length_unit = QComboBox(objectName="length_unit")
@@ -181,6 +185,7 @@ class LaunchPanel(FieldMarks, QWidget):
         batch_row.addWidget(self.batch)
         batch_row.addWidget(self.global_batch, 1)
         form.addRow("Batch per process", batch_row)
+        form.addRow("", self.script_settings.row)
         length_row = QHBoxLayout()
         length_row.addWidget(self.length)
         length_row.addWidget(self.length_unit)
@@ -262,14 +267,8 @@ class LaunchPanel(FieldMarks, QWidget):
             reasons = [(n, r) for n, r in reasons if r]
             self.problems[precision] = None if not reasons else reasons[0][1] if len(names) == 1 else \
                 "; ".join(f"{n}: {r}" for n, r in reasons)
-        model: QStandardItemModel = self.precision.model()
-        for row, precision in enumerate(PRECISIONS):
-            item = model.item(row)
-            reason = self.problems.get(precision)
-            item.setEnabled(reason is None)
-            item.setToolTip(reason or f"{precision} runs on this host")
         if self.problems.get(self.precision.currentText()):
-            self.precision.setCurrentText("fp32")
+            self.precision.setCurrentIndex(0)  # fp32, or a script's "as the script does"
         self.validate()
 
     def _set_cluster(self, display_name: str, probe: dict | None) -> None:
@@ -297,12 +296,26 @@ class LaunchPanel(FieldMarks, QWidget):
         if path:
             self.script_dir.setText(path)
 
+    def _map_setting(self, setting: str, value: str) -> MappingDialog:
+        """Give ``setting`` ``value`` the script's words (the folder's ddpgui.toml), then show what it passes."""
+        dialog = MappingDialog(self.script_dir.text().strip(), setting, value, self)
+        dialog.accepted.connect(self._mapped)
+        dialog.open()
+        self.mapping_dialog = dialog
+        return dialog
+
+    def _mapped(self) -> None:
+        self.script_settings.forget()
+        self.validate()
+
     # ---- settings --------------------------------------------------------------------------
     def settings(self) -> dict:
-        """The run settings as the RunManager takes them (may not validate)."""
+        """The run settings as the RunManager takes them (may not validate); a script's compile, precision and
+        batch size are None where it runs as written."""
         unit = self.length_unit.currentText()
-        settings: dict = {"nproc_per_node": self.nproc.value(), "compile": self.compile.currentText(),
-                          "precision": self.precision.currentText(), "batch_size": self.batch.value(),
+        own = self.script_settings.value
+        settings: dict = {"nproc_per_node": self.nproc.value(), "compile": own("compile"),
+                          "precision": own("precision"), "batch_size": own("batch_size"),
                           "name": self.name.text().strip(),
                           "tags": [t.strip() for t in self.tags.text().split(",") if t.strip()]}
         if self.cluster is not None:  # never for other hosts: an SSH multi-node run is one host per node
@@ -349,10 +362,14 @@ class LaunchPanel(FieldMarks, QWidget):
         self.nproc.setValue(int(settings.get("nproc_per_node", 1)))
         self.nnodes.setValue(int(settings.get("nnodes", 1)))
         self.gpu_picker.set_value(settings.get("gpu_choice") or settings.get("gpus"))  # "free:2" picks again
-        self.compile.setCurrentText(settings.get("compile", "off"))
-        if not self.problems.get(settings.get("precision", "fp32")):
-            self.precision.setCurrentText(settings.get("precision", "fp32"))
-        self.batch.setValue(int(settings.get("batch_size", 32)))
+        self.script_settings.set_mode(bool(script) and settings.get("mode") == "script")
+        if self.script_settings.on:
+            self.script_settings.apply(settings)
+        else:
+            self.compile.setCurrentText(settings.get("compile") or "off")
+            if not self.problems.get(settings.get("precision") or "fp32"):
+                self.precision.setCurrentText(settings.get("precision") or "fp32")
+            self.batch.setValue(int(settings.get("batch_size") or 32))
         for unit in LENGTH_UNITS:
             if settings.get(unit) is not None:
                 self.length_unit.setCurrentText(unit)
@@ -379,6 +396,7 @@ class LaunchPanel(FieldMarks, QWidget):
     def validate(self) -> bool:
         """Inline validation through the runner's own config check; returns whether Launch may go."""
         self.script_box.setVisible(self.workload.currentText() == SCRIPT)
+        self.script_settings.set_mode(self.workload.currentText() == SCRIPT)
         for widget in (self.reading.loss_series, self.reading.button):
             self.advanced_form.setRowVisible(widget, self.workload.currentText() == SCRIPT)
         self._offer_script_length(self.workload.currentText() == SCRIPT)
@@ -386,8 +404,10 @@ class LaunchPanel(FieldMarks, QWidget):
         world = self.nproc.value() * nnodes
         self.world.setText(world_text(nnodes, self.nproc.value()))
         global_batch = self.batch.value() * world * (self.grad_accum.value() if self.advanced.isChecked() else 1)
-        self.global_batch.setText(f"global batch {global_batch}")
+        self.global_batch.setText(f"global batch {global_batch}" if global_batch else "")
         error, hint, field = "", "", None
+        script_error = self.script_settings.refresh(self.script_dir.text().strip(), self.script_entry.text().strip(),
+                                                    self.problems)
         checked = {k: v for k, v in self.settings().items() if v is not None and not (k == "gpus" and
                                                                                     isinstance(v, str))}
         if self.cluster is not None:
@@ -405,6 +425,8 @@ class LaunchPanel(FieldMarks, QWidget):
                 field, error, hint = problems[0]
         if not error and self.problems.get(self.precision.currentText()):
             error = self.problems[self.precision.currentText()]
+        if not error and script_error:
+            error = script_error
         if not error and self.workload.currentText() == SCRIPT and not self.script_dir.text().strip():
             error = "pick the folder of your script"
         self.error.setText(error)
@@ -414,7 +436,7 @@ class LaunchPanel(FieldMarks, QWidget):
         gpus = uses_gpus(self.cluster) if self.cluster is not None else bool(self.probe and self.probe.get("gpus"))
         if hint:
             hint = f"Hint: {hint}"
-        elif gpus and global_batch < 32 * world:
+        elif gpus and 0 < global_batch < 32 * world:
             hint = (f"A global batch of {global_batch} is small for {world} GPUs: they will mostly wait on "
                     "communication. Try a larger batch per GPU.")
         self.hint.setText(hint)

@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QActionGroup, QColor, QPalette
 from PySide6.QtWidgets import QLabel, QMenu, QToolButton
 
+from ddpgui.core.runs.reported import script_reports, script_settings_lines, settings_warnings
 from ddpgui.core.runs.series import (
     SeriesInfo,
     no_metrics,
@@ -35,7 +36,7 @@ from ..texts import as_rich
 from .dashboard_header import STALL_COLOR, never_widening
 
 #: Host events that change what the series facts say.
-SERIES_EVENTS = frozenset({"series", "no_metrics", "script_summary"})
+SERIES_EVENTS = frozenset({"series", "no_metrics", "script_summary", "script_reports"})
 #: Runs whose series the host named (a script's, an imported TensorBoard folder's): they get the loss chooser.
 NAMED_MODES = frozenset({"script", "imported"})
 #: Series offered as the loss: any but the step the script printed (a counter, never a loss).
@@ -58,6 +59,8 @@ class SeriesFacts:
     no_metrics: dict | None = None
     chosen: str | None = None  # the stored series the user made the loss (None: the one the host gave)
     ended: bool = False
+    #: "asked precision bf16, the script reports fp32 (…)": a setting given to the script that it reports otherwise
+    mismatches: list[str] = field(default_factory=list)
 
     @property
     def loss(self) -> SeriesInfo | None:
@@ -76,8 +79,14 @@ def read_series_facts(store: RunStore, run_id: str) -> SeriesFacts:
     named = (run.config or {}).get("mode") in NAMED_MODES
     if not named and run.loss_series is None:
         return SeriesFacts(run_id)
-    return SeriesFacts(run_id, named, series_info(store, run_id), run_series_lines(store, run_id, TIP_WIDTH),
-                       no_metrics(store, run_id), run.loss_series, run.state in FINAL_STATES)
+    lines = run_series_lines(store, run_id, TIP_WIDTH)
+    mismatches: list[str] = []
+    if (run.config or {}).get("mode") == "script":  # what its settings became for it, what it reported
+        reports = script_reports(store, run_id)
+        lines += script_settings_lines(run.config, reports)
+        mismatches = settings_warnings(run.config, reports)
+    return SeriesFacts(run_id, named, series_info(store, run_id), lines, no_metrics(store, run_id),
+                       run.loss_series, run.state in FINAL_STATES, mismatches)
 
 
 def facts_html(facts: SeriesFacts | None) -> str:
@@ -189,14 +198,20 @@ class RunSeries(QObject):
     def _show(self) -> None:
         facts = self.facts
         report = facts.no_metrics if facts is not None else None
-        self.warning.setVisible(report is not None)
+        mismatches = facts.mismatches if facts is not None else []
+        self.warning.setVisible(report is not None or bool(mismatches))
+        texts = [f"Warning: {as_rich(text)}" for text in mismatches]
         if report is not None:
             hint = report.get("hint") or ""
-            self.warning.setText(f"<b>{as_rich(report['message'])}</b>"
-                                 + (f"<br>Hint: {as_rich(hint)}" if hint else ""))
+            texts.insert(0, f"<b>{as_rich(report['message'])}</b>" + (f"<br>Hint: {as_rich(hint)}" if hint else ""))
             lines = report.get("last_lines") or []
             self.warning.setToolTip("<qt>The last lines it printed:<pre>" + as_rich("\n".join(lines)) + "</pre></qt>"
                                     if lines else "It printed nothing.")
+        elif mismatches:
+            self.warning.setToolTip("The setting reached the script, and the script's own start-up lines say "
+                                    "otherwise: check how it reads that argument (the run header's tooltip shows "
+                                    "what was passed and what it reported).")
+        self.warning.setText("<br>".join(texts))
         choices = facts.choices if facts is not None and facts.named else []
         self.button.setVisible(bool(choices) or bool(facts and facts.chosen))
         loss = facts.loss if facts is not None else None

@@ -1,0 +1,199 @@
+"""The launch form's compile, precision and batch size for a user's own script, in the script's own words.
+
+For a script the three settings start at "as the script does" (nothing is passed: the script runs as written).
+A value the user picks is turned into the script's framework's own arguments or environment variables
+(:mod:`ddpgui.core.scripts`), and the form shows exactly what will be passed ("precision bf16 → --bf16 True").
+A value the script cannot be given (no framework word, no mapping in the folder's ddpgui.toml) is greyed out
+with the reason as its tooltip; "Map a setting…" gives it words once (:class:`~ddpgui.ui.dialogs.script_mapping.
+MappingDialog`), written to the folder's ddpgui.toml, so the folder remembers it.
+
+The entry file and the mapping are read again only when their modification time changes (the form validates on
+every keystroke).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
+
+from ddpgui.core.scripts import MAPPING_FILE, MappingError, ScriptKnobs, given_settings, script_knobs
+from remote_runner.config import SCRIPT_SETTINGS
+
+from .dashboard_header import never_widening
+
+#: The first choice of each setting for a script: nothing is passed for it.
+SCRIPT_OWN = "as the script does"
+
+
+def _stamp(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+class ScriptSettings(QObject):
+    """The three settings' script mode on the launch form's own controls, the "passed" line and the Map button."""
+
+    #: The user asked to map ``setting`` ``value`` (the form opens the mapping dialog).
+    map_requested = Signal(str, str)
+
+    def __init__(self, compile_box: QComboBox, precision_box: QComboBox, batch: QSpinBox, parent=None):
+        super().__init__(parent)
+        self.boxes = {"compile": compile_box, "precision": precision_box}
+        self.batch = batch
+        self.on = False
+        self.knobs: ScriptKnobs | None = None
+        self.mapping_error = ""  # the folder's ddpgui.toml cannot be used: why
+        self._read_key: tuple | None = None
+        self.words = never_widening(QLabel(objectName="script_words", wordWrap=True))
+        self.map_button = QPushButton("Map a setting…", objectName="map_setting",
+                                      toolTip=f"Give a setting the arguments your script takes for it (kept in the "
+                                              f"folder's {MAPPING_FILE})")
+        self.map_button.clicked.connect(self._ask_map)
+        self.row = QWidget(objectName="script_settings_row")
+        layout = QHBoxLayout(self.row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.words, 1)
+        layout.addWidget(self.map_button)
+
+    # ---- mode --------------------------------------------------------------------------------
+    def set_mode(self, on: bool) -> None:
+        """A script (each setting gets "as the script does", chosen) or a built-in workload (it goes)."""
+        if on == self.on:
+            return
+        self.on = on
+        for box, default in ((self.boxes["compile"], "off"), (self.boxes["precision"], "fp32")):
+            box.blockSignals(True)
+            if on:
+                box.insertItem(0, SCRIPT_OWN)
+                box.setCurrentIndex(0)
+            else:
+                was_own = box.currentText() == SCRIPT_OWN
+                box.removeItem(box.findText(SCRIPT_OWN))
+                if was_own:
+                    box.setCurrentText(default)
+            box.blockSignals(False)
+        self.batch.blockSignals(True)
+        if on:
+            self.batch.setMinimum(0)
+            self.batch.setSpecialValueText(SCRIPT_OWN)
+            self.batch.setValue(0)
+        else:
+            self.batch.setSpecialValueText("")
+            self.batch.setMaximum(1 << 20)
+            self.batch.setMinimum(1)
+            if self.batch.value() <= 1:
+                self.batch.setValue(32)
+        self.batch.blockSignals(False)
+
+    def value(self, setting: str):
+        """The form's value of ``setting`` (None: the script's own, nothing passed)."""
+        if setting == "batch_size":
+            return None if self.on and self.batch.value() == 0 else self.batch.value()
+        text = self.boxes[setting].currentText()
+        return None if text == SCRIPT_OWN else text
+
+    def apply(self, settings: dict) -> None:
+        """Set the three from a script run's settings: those it gave its script; the others its own."""
+        given = given_settings(settings, settings.get("script") or {})
+        for setting, box in self.boxes.items():
+            box.setCurrentText(str(settings[setting]) if setting in given else SCRIPT_OWN)
+        self.batch.setValue(int(settings["batch_size"]) if "batch_size" in given else 0)
+
+    # ---- what the script takes ---------------------------------------------------------------
+    def read(self, folder: str, entry: str) -> None:
+        """What the entry file in ``folder`` takes (read again when the file or its ddpgui.toml changed)."""
+        base = Path(folder).expanduser() if folder else None
+        key = None if base is None else (str(base), entry, _stamp(base / entry), _stamp(base / MAPPING_FILE))
+        if key == self._read_key:
+            return
+        self._read_key = key
+        self.knobs, self.mapping_error = None, ""
+        if base is None:
+            return
+        try:
+            self.knobs = script_knobs(base, entry or "train.py")
+        except MappingError as exc:
+            self.mapping_error = str(exc)
+
+    def forget(self) -> None:
+        """Read the folder again at the next refresh (after the mapping was written)."""
+        self._read_key = None
+
+    def refresh(self, folder: str, entry: str, host_problems: dict[str, str | None]) -> str:
+        """Grey out what cannot be given (with the reason), show what will be passed; returns the error of a
+        chosen value the script cannot be given ("" when none)."""
+        model: QStandardItemModel = self.boxes["precision"].model()
+        for row in range(model.rowCount()):  # the host's own refusals, whatever the mode
+            item = model.item(row)
+            reason = host_problems.get(item.text())
+            item.setEnabled(reason is None)
+            item.setToolTip(reason or ("nothing is passed: the script uses its own precision"
+                                       if item.text() == SCRIPT_OWN else f"{item.text()} runs on this host"))
+        self.row.setVisible(self.on)
+        if not self.on:
+            for row in range(self.boxes["compile"].count()):
+                self.boxes["compile"].model().item(row).setEnabled(True)
+            return ""
+        self.read(folder, entry)
+        knobs = self.knobs
+        for setting, box in self.boxes.items():
+            box_model: QStandardItemModel = box.model()
+            for row in range(box_model.rowCount()):
+                item = box_model.item(row)
+                if item.text() == SCRIPT_OWN:
+                    continue
+                words, why = knobs.preview(setting, item.text()) if knobs else (None, self._unread_reason())
+                if words is None:
+                    item.setEnabled(False)
+                    item.setToolTip(why)
+                elif setting == "compile" or host_problems.get(item.text()) is None:
+                    item.setToolTip(f"passed as {words.text()}")
+        batch_words, batch_why = knobs.preview("batch_size", 1) if knobs else (None, self._unread_reason())
+        self.batch.setMaximum(1 << 20 if batch_words is not None else 0)
+        self.batch.setToolTip("Batch per process passed to your script" if batch_words is not None else batch_why)
+        self.map_button.setEnabled(knobs is not None and not self.mapping_error)
+        error, lines = "", []
+        for setting in SCRIPT_SETTINGS:
+            value = self.value(setting)
+            if value is None or knobs is None:
+                continue
+            words, why = knobs.preview(setting, value)
+            if words is None:
+                error = error or why
+            else:
+                lines.append(f"{setting} {value} → {words.text()}")
+        if self.mapping_error:
+            text = f"{self.mapping_error}: fix it, or move it away to pass nothing"
+            error = error or (text if any(self.value(s) is not None for s in SCRIPT_SETTINGS) else "")
+        elif knobs is None:
+            text = "Pick the script's folder to see what it can be given"
+        elif lines:
+            text = f"Passed to the script ({knobs.described}): " + "; ".join(lines)
+        elif knobs.framework or knobs.mapping is not None:
+            text = f"{knobs.described}: compile, precision and batch can be passed to it"
+        else:
+            text = ("ddpgui does not recognise the script's framework: map a setting to pass it (its greyed "
+                    "values say why)")
+        self.words.setText(text)
+        self.words.setToolTip(text)
+        return error
+
+    def _unread_reason(self) -> str:
+        return self.mapping_error or "pick the script's folder first"
+
+    def _ask_map(self) -> None:
+        """Map the first value the script cannot be given yet (precision bf16 when it can be given all)."""
+        knobs = self.knobs
+        for setting, value in [(s, v) for s, box in self.boxes.items() for v in
+                               (box.itemText(i) for i in range(box.count())) if v != SCRIPT_OWN] + [("batch_size", 1)]:
+            if knobs is not None and knobs.preview(setting, value)[0] is None:
+                self.map_requested.emit(setting, "any" if setting == "batch_size" else value)
+                return
+        self.map_requested.emit("precision", "bf16")
+
+
+__all__ = ["SCRIPT_OWN", "ScriptSettings"]
