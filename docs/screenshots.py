@@ -10,7 +10,8 @@ snapshot of the real 8x A40 capture of tests/fixtures/gpu (a machine shared by s
 captured, so they read "?").  ``--script-only`` makes the pictures of a user's own script
 (docs/script_run.png, docs/parse_log.png): the Lightning script of tests/fixtures/scriptlogs/scripts run for real
 from the launch form in a copy of its folder, its series' sources in the Loss series menu, and its own stdout.log
-read by the launch form's Try reading a log….  Run it under a display (Xvfb is enough:
+read by the launch form's Try reading a log….  ``--settings-only`` makes docs/script_settings.png (a Transformers
+script's settings in its own words on the launch form).  Run it under a display (Xvfb is enough:
 ``Xvfb :99 -screen 0 1600x1000x24 & DISPLAY=:99 QT_QPA_PLATFORM=xcb python docs/screenshots.py``).
 """
 from __future__ import annotations
@@ -195,6 +196,80 @@ def script_shots() -> None:
     shots.close()
 
 
+def settings_shots(look: Path | None) -> None:
+    """docs/script_settings.png: the launch form for a Transformers script of your own, bf16 and a batch of 8
+    shown as the --bf16 True and --per_device_train_batch_size 8 they become.  With ``look``, the pictures to look
+    at too, each at 1024x700 and 1920x1080: that form, a plain script's greyed values and Map a setting…, the
+    sweep dialog's argument axes, and the header of a real run whose script reported another precision than it
+    was given."""
+    from ddpgui.ui.widgets.launch_panel import SCRIPT
+
+    base = Path(tempfile.mkdtemp())
+    hf = base / "hf_project"
+    shutil.copytree(REPO / "tests" / "fixtures" / "scripts" / "frameworks" / "hf_args", hf)
+    gpt = base / "gpt_project"
+    shutil.copytree(REPO / "tests" / "fixtures" / "scripts" / "gptlike", gpt)
+    # a mapping with a slip: bf16 is passed as float32, and the script says so
+    (gpt / "ddpgui.toml").write_text('[settings.precision]\nbf16 = "--dtype=float32"\n')
+    shots = Shots()
+    window, store, pump = shots.window, shots.store, shots.pump
+    pump(8)  # This computer's probe
+    panel = window.launch_panel
+    panel.workload.setCurrentText(SCRIPT)
+    panel.script_dir.setText(str(hf))
+    panel.script_args.setText("--output_dir out --max_steps 40")
+    panel.nproc.setValue(2)
+    panel.precision.setCurrentText("bf16")
+    panel.batch.setValue(8)
+    pump(1)
+    window.grab().save(str(DOCS / "script_settings.png"))
+    if look is None:
+        shots.close()
+        return
+    look.mkdir(parents=True, exist_ok=True)
+
+    def both(name: str, widget=None) -> None:
+        for width, height in ((1024, 700), (1920, 1080)):
+            window.resize(width, height)
+            pump(0.7)
+            (widget or window).grab().save(str(look / f"{name}-{width}.png"))
+        window.resize(1500, 950)
+
+    both("form-hf")
+    panel.script_dir.setText(str(gpt))
+    panel.precision.setCurrentIndex(0)
+    (gpt / "plain.py").write_text("print('step 1: loss 0.5')\n")
+    panel.script_entry.setText("plain.py")
+    pump(0.5)
+    both("form-plain")
+    dialog = panel._map_setting("precision", "bf16")
+    pump(0.5)
+    dialog.grab().save(str(look / "mapping-dialog.png"))
+    dialog.reject()
+    panel.script_entry.setText("train.py")
+    panel.script_dir.setText(str(hf))
+    sweep = window.new_sweep()
+    sweep.args.setText("--learning_rate=1e-4,3e-4 --seed=3")
+    sweep.env.setText("OMP_NUM_THREADS=1,4")
+    pump(0.5)
+    sweep.grab().save(str(look / "sweep-dialog.png"))
+    sweep.reject()
+    panel.script_dir.setText(str(gpt))
+    panel.script_args.setText("--max_iters=30")
+    panel.precision.setCurrentText("bf16")
+    panel.batch.setValue(0)
+    panel.launch_button.click()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and window.dashboard.run_id is None:
+        pump(0.2)
+    run_id = window.dashboard.run_id
+    while time.monotonic() < deadline and store.get_run(run_id).active:
+        pump(0.5)
+    pump(3)
+    both("run-warning")
+    shots.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (to try the script)")
@@ -202,6 +277,9 @@ def main() -> int:
                         help="where the single-column figures go, to look at (default: a temporary folder)")
     parser.add_argument("--gpus-only", action="store_true", help="only the GPUs tab's pictures")
     parser.add_argument("--script-only", action="store_true", help="only the pictures of a script of your own")
+    parser.add_argument("--settings-only", action="store_true",
+                        help="only the pictures of a script's settings (docs/script_settings.png)")
+    parser.add_argument("--look", default=None, help="with --settings-only: where to put pictures to look at too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddpgui-shots-") as tmp:
         os.environ.update(DDPGUI_DATA_DIR=os.path.join(tmp, "data"), DDPGUI_CONFIG_DIR=os.path.join(tmp, "config"),
@@ -209,6 +287,10 @@ def main() -> int:
         if args.gpus_only:
             gpu_shots()
             print("wrote", DOCS / "gpus.png", DOCS / "fleet.png")
+            return 0
+        if args.settings_only:
+            settings_shots(Path(args.look) if args.look else None)
+            print("wrote", DOCS / "script_settings.png")
             return 0
         if args.script_only:
             script_shots()
@@ -218,6 +300,7 @@ def main() -> int:
         window_shots(sweep_id, 300 if args.quick else 3000)
         gpu_shots()
         script_shots()
+        settings_shots(None)
     print("wrote", DOCS / "screenshot.png", DOCS / "compare.png", DOCS / "figures", "and", args.single)
     return 0
 

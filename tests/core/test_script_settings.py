@@ -227,7 +227,7 @@ def test_a_script_that_reports_other_settings_than_it_was_given_is_warned_about(
         "asked precision bf16, the script reports fp32 (\u201cTrainingArguments bf16=False, fp16=False\u201d)"]
     lines = dict(script_settings_lines(config, reports))
     assert lines["passed"] == ("compile default, precision bf16 → --torch_compile True --bf16 True "
-                               "(Transformers (HfArgumentParser))")
+                               "(Transformers, HfArgumentParser)")
     assert settings_warnings(config, {"precision": Reported("precision", "bf16", "x")}) == []
 
 

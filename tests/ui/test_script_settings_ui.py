@@ -43,14 +43,14 @@ def test_a_script_is_given_nothing_until_a_value_is_picked_and_the_form_shows_wh
     assert panel.batch.text() == SCRIPT_OWN and panel.global_batch.text() == ""
     settings = panel.settings()
     assert (settings["compile"], settings["precision"], settings["batch_size"]) == (None, None, None)
-    assert words.isVisible() and words.text() == ("Transformers (HfArgumentParser): compile, precision and batch "
-                                                  "can be passed to it")
+    assert words.isVisible() and words.text() == ("Transformers, HfArgumentParser: every compile, precision and "
+                                                  "batch value can be passed to it")
     assert make_config(settings).script.passed_args == []  # the script runs as written
     panel.precision.setCurrentText("bf16")
     panel.batch.setValue(4)
     assert panel.launch_button.isEnabled(), panel.error.text()
-    assert words.text() == ("Passed to the script (Transformers (HfArgumentParser)): precision bf16 → --bf16 True; "
-                            "batch_size 4 → --per_device_train_batch_size 4")
+    assert words.text() == ("Passed to the script (Transformers, HfArgumentParser):\n  precision bf16 → --bf16 True\n"
+                            "  batch 4 → --per_device_train_batch_size 4")
     assert _items(panel.precision)["bf16"].toolTip() == "passed as --bf16 True"
     cfg = make_config(panel.settings())
     assert cfg.script.applied == ["precision", "batch_size"]
@@ -66,6 +66,10 @@ def test_a_script_is_given_nothing_until_a_value_is_picked_and_the_form_shows_wh
     panel.workload.setCurrentText("mlp")  # a built-in workload: the script's choice goes
     assert SCRIPT_OWN not in _items(panel.compile) and SCRIPT_OWN not in _items(panel.precision)
     assert panel.precision.currentText() == "fp32" and panel.batch.value() == 32 and not words.isVisible()
+    panel.workload.setCurrentText(SCRIPT)
+    panel.script_dir.setText(str(script_folder(tmp_path, FRAMEWORKS / "accelerate_state", "acc")))
+    assert words.text() == ("Accelerate: it can be given compile off, default, reduce-overhead, max-autotune; "
+                            "precision fp32, fp16, bf16 (a greyed value says why not)")
     assert all(item.isEnabled() for item in _items(panel.compile).values())
 
 
@@ -99,7 +103,7 @@ def test_a_plain_scripts_values_are_greyed_with_the_reason_until_mapped_in_the_f
     panel.precision.setCurrentText("bf16")
     assert panel.launch_button.isEnabled(), panel.error.text()
     assert panel.script_settings.words.text() == ("Passed to the script (a script ddpgui does not recognise, with the "
-                                                  "folder's ddpgui.toml): precision bf16 → --dtype=bfloat16 "
+                                                  "folder's ddpgui.toml):\n  precision bf16 → --dtype=bfloat16 "
                                                   "'--note=a b; rm -rf ~' $HOME")
     assert make_config(panel.settings()).script.passed_args == ["--dtype=bfloat16", "--note=a b; rm -rf ~", "$HOME"]
 
@@ -110,7 +114,7 @@ def test_a_plain_scripts_values_are_greyed_with_the_reason_until_mapped_in_the_f
     again.args.setText("--batch_size={}")
     again.save_button.click()
     panel.batch.setValue(8)
-    assert "batch_size 8 → --batch_size=8" in panel.script_settings.words.text()
+    assert "  batch 8 → --batch_size=8" in panel.script_settings.words.text()
     assert read_back(plain)["settings"]["batch_size"] == {"any": "--batch_size={}"}
     assert read_back(plain)["settings"]["precision"]["bf16"].startswith("--dtype=bfloat16")  # kept
 

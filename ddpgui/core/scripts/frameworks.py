@@ -23,8 +23,8 @@ from remote_runner.config import SCRIPT_SETTINGS
 
 from .mapping import MAPPING_FILE, Mapping, MappingError, Words, read_mapping
 
-FRAMEWORK_NAMES = {"transformers": "Transformers (HfArgumentParser)", "lightning-cli": "Lightning (LightningCLI)",
-                   "accelerate": "Accelerate", "nanogpt": "nanoGPT (configurator.py)"}
+FRAMEWORK_NAMES = {"transformers": "Transformers, HfArgumentParser", "lightning-cli": "Lightning, LightningCLI",
+                   "accelerate": "Accelerate", "nanogpt": "nanoGPT, configurator.py"}
 
 _HF_PRECISION = {"fp32": ("--bf16", "False", "--fp16", "False"), "bf16": ("--bf16", "True"),
                  "fp16": ("--fp16", "True"), "tf32": ("--tf32", "True")}

@@ -185,7 +185,7 @@ class LaunchPanel(FieldMarks, QWidget):
         batch_row.addWidget(self.batch)
         batch_row.addWidget(self.global_batch, 1)
         form.addRow("Batch per process", batch_row)
-        form.addRow("", self.script_settings.row)
+        form.addRow(self.script_settings.row)
         length_row = QHBoxLayout()
         length_row.addWidget(self.length)
         length_row.addWidget(self.length_unit)

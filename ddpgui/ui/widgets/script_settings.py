@@ -16,15 +16,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ddpgui.core.scripts import MAPPING_FILE, MappingError, ScriptKnobs, given_settings, script_knobs
 from remote_runner.config import SCRIPT_SETTINGS
 
-from .dashboard_header import never_widening
-
 #: The first choice of each setting for a script: nothing is passed for it.
 SCRIPT_OWN = "as the script does"
+#: Each setting as the form names it.
+SHOWN = {"compile": "compile", "precision": "precision", "batch_size": "batch"}
 
 
 def _stamp(path: Path) -> float | None:
@@ -48,16 +48,20 @@ class ScriptSettings(QObject):
         self.knobs: ScriptKnobs | None = None
         self.mapping_error = ""  # the folder's ddpgui.toml cannot be used: why
         self._read_key: tuple | None = None
-        self.words = never_widening(QLabel(objectName="script_words", wordWrap=True))
+        self.words = QLabel(objectName="script_words", wordWrap=True)
+        self.words.setMinimumWidth(1)  # a long word (a path, an argument) is cut, never widens the window
         self.map_button = QPushButton("Map a setting…", objectName="map_setting",
                                       toolTip=f"Give a setting the arguments your script takes for it (kept in the "
                                               f"folder's {MAPPING_FILE})")
         self.map_button.clicked.connect(self._ask_map)
-        self.row = QWidget(objectName="script_settings_row")
-        layout = QHBoxLayout(self.row)
+        self.row = QWidget(objectName="script_settings_row")  # the form's full width: the words, then the button
+        layout = QVBoxLayout(self.row)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.words, 1)
-        layout.addWidget(self.map_button)
+        layout.addWidget(self.words)
+        button_row = QHBoxLayout()
+        button_row.addStretch(1)
+        button_row.addWidget(self.map_button)
+        layout.addLayout(button_row)
 
     # ---- mode --------------------------------------------------------------------------------
     def set_mode(self, on: bool) -> None:
@@ -165,22 +169,40 @@ class ScriptSettings(QObject):
             if words is None:
                 error = error or why
             else:
-                lines.append(f"{setting} {value} → {words.text()}")
+                lines.append(f"  {SHOWN[setting]} {value} → {words.text()}")
         if self.mapping_error:
             text = f"{self.mapping_error}: fix it, or move it away to pass nothing"
             error = error or (text if any(self.value(s) is not None for s in SCRIPT_SETTINGS) else "")
         elif knobs is None:
             text = "Pick the script's folder to see what it can be given"
         elif lines:
-            text = f"Passed to the script ({knobs.described}): " + "; ".join(lines)
-        elif knobs.framework or knobs.mapping is not None:
-            text = f"{knobs.described}: compile, precision and batch can be passed to it"
+            text = "\n".join([f"Passed to the script ({knobs.described}):", *lines])
         else:
-            text = ("ddpgui does not recognise the script's framework: map a setting to pass it (its greyed "
-                    "values say why)")
+            text = self._takes_text(knobs)
         self.words.setText(text)
         self.words.setToolTip(text)
         return error
+
+    def _takes_text(self, knobs: ScriptKnobs) -> str:
+        """What the script can be given, by setting: all, some ("precision bf16; batch"), or none."""
+        parts, every = [], True
+        for setting, box in self.boxes.items():
+            values = [box.itemText(i) for i in range(box.count()) if box.itemText(i) != SCRIPT_OWN]
+            takes = [v for v in values if knobs.preview(setting, v)[0] is not None]
+            every = every and len(takes) == len(values)
+            if takes:
+                parts.append(f"{SHOWN[setting]} {', '.join(takes)}")
+        if knobs.preview("batch_size", 1)[0] is not None:
+            parts.append("batch")
+        else:
+            every = False
+        described = knobs.described[0].upper() + knobs.described[1:]
+        if every:
+            return f"{described}: every compile, precision and batch value can be passed to it"
+        if parts:
+            return f"{described}: it can be given {'; '.join(parts)} (a greyed value says why not)"
+        return ("ddpgui does not recognise the script's framework: map a setting to pass it (a greyed value says "
+                "why)")
 
     def _unread_reason(self) -> str:
         return self.mapping_error or "pick the script's folder first"
