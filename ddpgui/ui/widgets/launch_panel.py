@@ -299,19 +299,15 @@ class LaunchPanel(FieldMarks, QWidget):
     def _map_setting(self, setting: str, value: str) -> MappingDialog:
         """Give ``setting`` ``value`` the script's words (the folder's ddpgui.toml), then show what it passes."""
         dialog = MappingDialog(self.script_dir.text().strip(), setting, value, self)
-        dialog.accepted.connect(self._mapped)
+        dialog.accepted.connect(self.script_settings.forget)  # read the folder's ddpgui.toml again
+        dialog.accepted.connect(self.validate)
         dialog.open()
-        self.mapping_dialog = dialog
+        self.mapping_dialog = dialog  # the one open (a test's handle)
         return dialog
-
-    def _mapped(self) -> None:
-        self.script_settings.forget()
-        self.validate()
 
     # ---- settings --------------------------------------------------------------------------
     def settings(self) -> dict:
-        """The run settings as the RunManager takes them (may not validate); a script's compile, precision and
-        batch size are None where it runs as written."""
+        """The run settings as the RunManager takes them (may not validate); a script's own settings are None."""
         unit = self.length_unit.currentText()
         own = self.script_settings.value
         settings: dict = {"nproc_per_node": self.nproc.value(), "compile": own("compile"),
@@ -363,7 +359,7 @@ class LaunchPanel(FieldMarks, QWidget):
         self.nnodes.setValue(int(settings.get("nnodes", 1)))
         self.gpu_picker.set_value(settings.get("gpu_choice") or settings.get("gpus"))  # "free:2" picks again
         self.script_settings.set_mode(bool(script) and settings.get("mode") == "script")
-        if self.script_settings.on:
+        if self.script_settings.on:  # what the run gave its script; the rest "as the script does"
             self.script_settings.apply(settings)
         else:
             self.compile.setCurrentText(settings.get("compile") or "off")
