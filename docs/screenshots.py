@@ -82,6 +82,20 @@ class Shots:
             if self.each_tick is not None:
                 self.each_tick()
 
+    def launch_and_wait(self, timeout: float) -> str:
+        """Click Launch, pump until the run it started has ended (or ``timeout``), then a little more for its
+        last records; returns its id."""
+        window = self.window
+        window.launch_panel.launch_button.click()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and window.dashboard.run_id is None:
+            self.pump(0.2)
+        run_id = window.dashboard.run_id
+        while time.monotonic() < deadline and self.store.get_run(run_id).active:
+            self.pump(0.5)
+        self.pump(3)
+        return run_id
+
     def close(self) -> None:
         from PySide6.QtCore import QTimer
         from PySide6.QtWidgets import QApplication
@@ -171,14 +185,7 @@ def script_shots() -> None:
     panel.script_entry.setText("lightning_bar.py")
     panel.script_args.setText("--bar tqdm")
     panel.nproc.setValue(2)
-    panel.launch_button.click()
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and window.dashboard.run_id is None:
-        pump(0.2)
-    run_id = window.dashboard.run_id
-    while time.monotonic() < deadline and store.get_run(run_id).active:
-        pump(0.5)
-    pump(3)
+    run_id = shots.launch_and_wait(600)
     board = window.dashboard
 
     def grab_menu() -> None:  # the window and the open menu over it, as the screen shows them
@@ -212,7 +219,7 @@ def settings_shots(look: Path | None) -> None:
     # a mapping with a slip: bf16 is passed as float32, and the script says so
     (gpt / "ddpgui.toml").write_text('[settings.precision]\nbf16 = "--dtype=float32"\n')
     shots = Shots()
-    window, store, pump = shots.window, shots.store, shots.pump
+    window, pump = shots.window, shots.pump
     pump(8)  # This computer's probe
     panel = window.launch_panel
     panel.workload.setCurrentText(SCRIPT)
@@ -258,14 +265,7 @@ def settings_shots(look: Path | None) -> None:
     panel.script_args.setText("--max_iters=30")
     panel.precision.setCurrentText("bf16")
     panel.batch.setValue(0)
-    panel.launch_button.click()
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and window.dashboard.run_id is None:
-        pump(0.2)
-    run_id = window.dashboard.run_id
-    while time.monotonic() < deadline and store.get_run(run_id).active:
-        pump(0.5)
-    pump(3)
+    shots.launch_and_wait(300)
     both("run-warning")
     shots.close()
 

@@ -1,7 +1,6 @@
 """Runs over a real sshd: no point lost or duplicated across dropped links; several hosts at once."""
 import getpass
 import sys
-import time
 
 import pytest
 from helpers.spools import host_records, wait_for
@@ -54,14 +53,16 @@ def test_twenty_dropped_links_lose_and_duplicate_nothing(ssh_env, ssh_manager):
     # The drops are what is tested: the rest of the run is stopped rather than waited for (on a loaded machine
     # its remaining steps took minutes); what the host wrote up to its stop must be stored, once each
     ended = None
-    for _ in range(10):  # the link was just dropped: a stop may find it still down, and is asked again
+    for _ in range(10):  # the link was just dropped: a stop may find it still down, and is asked once it is back
+        last = stored_step()
         if not ssh_manager.store.get_run(record.id).active:
             break
         try:
             ended = ssh_manager.stop(record.id)
             break
         except ConnectionLost:
-            time.sleep(1)
+            wait_for(lambda last=last: stored_step() > last or not ssh_manager.store.get_run(record.id).active,
+                     timeout=30)
     final = ssh_manager.wait(record.id, timeout=300)
     assert final.state in ("finished", "stopped"), (final.state, final.message, ended)
     run_dir = final.run_dirs[0]

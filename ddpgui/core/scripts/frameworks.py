@@ -177,14 +177,35 @@ def recognise(source: str) -> ScriptKnobs:
     return ScriptKnobs()
 
 
+#: (entry path, its stamp, the mapping's stamp) → what it takes: the launch form asks at every keystroke, a sweep
+#: at every cell; the files are read and parsed again only when they change.
+_KNOBS: dict[tuple, ScriptKnobs] = {}
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
 def script_knobs(folder: str | Path, entry: str) -> ScriptKnobs:
     """What the entry file in ``folder`` takes; raises MappingError for a ddpgui.toml that cannot be used."""
-    path = Path(folder).expanduser() / entry
-    try:
-        source = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        source = ""
-    return dataclasses.replace(recognise(source), mapping=read_mapping(folder))
+    base = Path(folder).expanduser()
+    path = base / entry
+    key = (str(path), _stamp(path), _stamp(base / MAPPING_FILE))
+    found = _KNOBS.get(key)
+    if found is None:
+        try:
+            source = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            source = ""
+        found = dataclasses.replace(recognise(source), mapping=read_mapping(base))
+        if len(_KNOBS) >= 64:
+            _KNOBS.clear()
+        _KNOBS[key] = found
+    return found
 
 
 def given_settings(settings: dict, script: dict) -> list[str]:

@@ -299,7 +299,6 @@ class LaunchPanel(FieldMarks, QWidget):
     def _map_setting(self, setting: str, value: str) -> MappingDialog:
         """Give ``setting`` ``value`` the script's words (the folder's ddpgui.toml), then show what it passes."""
         dialog = MappingDialog(self.script_dir.text().strip(), setting, value, self)
-        dialog.accepted.connect(self.script_settings.forget)  # read the folder's ddpgui.toml again
         dialog.accepted.connect(self.validate)
         dialog.open()
         self.mapping_dialog = dialog  # the one open (a test's handle)

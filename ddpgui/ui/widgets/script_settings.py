@@ -7,12 +7,10 @@ A value the script cannot be given (no framework word, no mapping in the folder'
 with the reason as its tooltip; "Map a setting…" gives it words once (:class:`~ddpgui.ui.dialogs.script_mapping.
 MappingDialog`), written to the folder's ddpgui.toml, so the folder remembers it.
 
-The entry file and the mapping are read again only when their modification time changes (the form validates on
-every keystroke).
+The entry file and the mapping are read again only when they change (:func:`~ddpgui.core.scripts.script_knobs`
+keeps them: the form validates on every keystroke).
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QStandardItemModel
@@ -25,13 +23,6 @@ from remote_runner.config import SCRIPT_SETTINGS
 SCRIPT_OWN = "as the script does"
 #: Each setting as the form names it.
 SHOWN = {"compile": "compile", "precision": "precision", "batch_size": "batch"}
-
-
-def _stamp(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return None
 
 
 class ScriptSettings(QObject):
@@ -47,7 +38,6 @@ class ScriptSettings(QObject):
         self.on = False
         self.knobs: ScriptKnobs | None = None
         self.mapping_error = ""  # the folder's ddpgui.toml cannot be used: why
-        self._read_key: tuple | None = None
         self.words = QLabel(objectName="script_words", wordWrap=True)
         self.words.setMinimumWidth(1)  # a long word (a path, an argument) is cut, never widens the window
         self.map_button = QPushButton("Map a setting…", objectName="map_setting",
@@ -109,23 +99,14 @@ class ScriptSettings(QObject):
 
     # ---- what the script takes ---------------------------------------------------------------
     def read(self, folder: str, entry: str) -> None:
-        """What the entry file in ``folder`` takes (read again when the file or its ddpgui.toml changed)."""
-        base = Path(folder).expanduser() if folder else None
-        key = None if base is None else (str(base), entry, _stamp(base / entry), _stamp(base / MAPPING_FILE))
-        if key == self._read_key:
-            return
-        self._read_key = key
+        """What the entry file in ``folder`` takes (core keeps it until the file or its ddpgui.toml changes)."""
         self.knobs, self.mapping_error = None, ""
-        if base is None:
+        if not folder:
             return
         try:
-            self.knobs = script_knobs(base, entry or "train.py")
+            self.knobs = script_knobs(folder, entry or "train.py")
         except MappingError as exc:
             self.mapping_error = str(exc)
-
-    def forget(self) -> None:
-        """Read the folder again at the next refresh (after the mapping was written)."""
-        self._read_key = None
 
     def refresh(self, folder: str, entry: str, host_problems: dict[str, str | None]) -> str:
         """Grey out what cannot be given (with the reason), show what will be passed; returns the error of a
