@@ -5,7 +5,11 @@ Three pipes: torchrun's stdout (torchrun and every rank but rank 0), and rank 0'
 line of stdout.log: each pipe's bytes are written up to its last line end, the rest held until that line
 is complete (or the pipe ends).  When rank 0's stderr and stdout are both ready, stderr is read first, and
 the frame a bar is drawing on one stream is read before a chunk of the other: a progress bar (stderr) that
-moved before a line was printed (stdout) gives that line its step.  A full disk
+moved before a line was printed (stdout) gives that line its step.  Two pipes do not keep the order the
+script wrote in, so when stdout is ready alone the pump waits up to :data:`LEAD_WAIT_S` for stderr: tqdm's
+``write`` (Transformers prints its log dict with it) sends the line, then redraws the bar at the step the dict
+belongs to, and a loaded machine may pause the script between the two writes.  What the reader sees is then
+what the script wrote within that wait, stderr first.  A full disk
 does not stop the reading (the script would block on a full pipe): the logs lose bytes, the metrics don't.
 """
 import os
@@ -24,6 +28,8 @@ IDLE_S = 0.25
 #: prints line by line would otherwise wake it (two context switches) for every line it writes; meanwhile its
 #: lines gather in the pipe (1 MiB, rank0.PIPE_BYTES) and are read as one chunk.
 GATHER_S = 0.01
+#: Seconds the pump waits for the ``lead`` pipe (rank 0's stderr) when the pipe it leads is ready alone.
+LEAD_WAIT_S = 0.05
 
 
 class _LogCopy:
@@ -57,11 +63,13 @@ class _LogCopy:
 
 
 class OutputPump:
-    """``pipes``: read fd → (log fd, OutputReader or None); ``first``: fds read first when several are ready."""
+    """``pipes``: read fd → (log fd, OutputReader or None); ``first``: fds read first when several are ready;
+    ``lead``: (fd, fd it leads): when the second is ready alone, the first is waited for up to LEAD_WAIT_S."""
 
-    def __init__(self, pipes: dict[int, tuple], first: list[int] = ()):
+    def __init__(self, pipes: dict[int, tuple], first: list[int] = (), lead: Optional[tuple[int, int]] = None):
         self._pipes = {fd: (_LogCopy(log_fd), reader) for fd, (log_fd, reader) in pipes.items()}
         self._order = list(first) + [fd for fd in pipes if fd not in first]
+        self._lead = lead
         self._open = set(pipes)
         self._stopped = threading.Event()
         self._lock = threading.Lock()
@@ -90,6 +98,7 @@ class OutputPump:
         while self._open and not self._stopped.is_set():
             try:
                 ready, _, _ = select.select(list(self._open), [], [], IDLE_S)
+                ready += self._led(ready)
             except (OSError, ValueError):  # a descriptor closed under us by join()
                 return
             with self._lock:
@@ -106,6 +115,15 @@ class OutputPump:
                         full = self._read(fd) or full
             if not full:
                 time.sleep(GATHER_S)
+
+    def _led(self, ready: list) -> list:
+        """[the lead fd] when the fd it leads is ready alone and the lead becomes ready within LEAD_WAIT_S."""
+        if self._lead is None:
+            return []
+        lead, led = self._lead
+        if led not in ready or lead in ready or lead not in self._open:
+            return []
+        return select.select([lead], [], [], LEAD_WAIT_S)[0]
 
     def _read(self, fd: int) -> bool:
         """Read one chunk of ``fd``; whether it was a whole chunk (more may be waiting)."""

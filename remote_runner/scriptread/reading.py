@@ -67,7 +67,8 @@ class ScriptReading:
         pipes = {others: (stdout_log_fd, None),
                  self._fifos["stdout"]: (stdout_log_fd, self.readers["stdout"]),
                  self._fifos["stderr"]: (stderr_log_fd, self.readers["stderr"])}
-        self._pump = OutputPump(pipes, first=[self._fifos["stderr"], self._fifos["stdout"]])
+        self._pump = OutputPump(pipes, first=[self._fifos["stderr"], self._fifos["stdout"]],
+                                lead=(self._fifos["stderr"], self._fifos["stdout"]))
         self._pump.start()
 
     def attempt_ended(self) -> None:
