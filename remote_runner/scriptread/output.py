@@ -123,7 +123,7 @@ class OutputReader:
             self._write(held)
         if held is not None and held.frame.n == frame.n and held.frame.values == frame.values:
             return  # the same frame drawn (or read) again
-        step = self.sink.bar_step(identity, frame.n, main)
+        step = self.sink.bar_step(identity, frame.n, main, frame.total, frame.epoch)
         self._held[identity] = _Held(frame, step, main, self.clock(), identity)
         self._rich = identity if rich else None
         if frame.values:

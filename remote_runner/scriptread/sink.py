@@ -93,7 +93,7 @@ class PrintedClock:
     def __init__(self) -> None:
         self.step = 0  # the run's step as far as printed output goes
         self._line = (0, None, 1)  # (offset, last printed step, stride) of printed step counters
-        self._bars: dict[str, tuple[int, float]] = {}  # bar identity → (offset, last n)
+        self._bars: dict[str, tuple] = {}  # bar identity → (offset, last n, its total, its epoch)
         self._stepless = 0
 
     def from_line(self, printed: int) -> int:
@@ -105,11 +105,15 @@ class PrintedClock:
         self._line = (offset, printed, stride)
         return self._advance(offset + printed)
 
-    def from_bar(self, identity: str, n: float) -> int:
-        offset, last = self._bars.get(identity, (0, 0.0))
+    def from_bar(self, identity: str, n: float, total: Optional[int] = None, epoch: Optional[int] = None) -> int:
+        """The step at a bar's frame.  When the bar starts again, the steps before it are the last ``n`` seen,
+        or the last bar's ``total`` when the frame's epoch is a later one: a bar that redraws at a rate of its
+        own (Rich, 10 times a second) may never draw an epoch's last frame."""
+        offset, last, last_total, last_epoch = self._bars.get(identity, (0, 0.0, None, None))
         if n < last:  # the bar started again (the next epoch's bar)
-            offset += int(last)
-        self._bars[identity] = (offset, n)
+            ended = epoch is not None and last_epoch is not None and epoch > last_epoch
+            offset += last_total if ended and last_total and last_total >= last else int(last)
+        self._bars[identity] = (offset, n, total, epoch)
         return self._advance(offset + int(n))
 
     def stepless(self) -> int:
@@ -161,11 +165,12 @@ class MetricSink:
                 run_step = self.clock.stepless()
             return self._write(src, "%s (%s)" % (describe, src), run_step, values, extra)
 
-    def bar_step(self, identity: str, n: float, main: bool) -> int:
+    def bar_step(self, identity: str, n: float, main: bool, total: Optional[int] = None,
+                 epoch: Optional[int] = None) -> int:
         """The run's step at a progress-bar frame: the main bar's ``n`` counted across its epochs (another bar,
         a validation one, leaves the step where it is)."""
         with self._lock:
-            return self.clock.from_bar(identity, n) if main else self.clock.step
+            return self.clock.from_bar(identity, n, total, epoch) if main else self.clock.step
 
     def bar(self, src: str, step: int, values: dict, extra: Optional[dict] = None) -> Optional[dict]:
         """The values of a progress bar's frame, at the ``step`` :meth:`bar_step` gave it."""

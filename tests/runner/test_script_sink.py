@@ -121,6 +121,16 @@ def test_lines_without_a_step_take_the_bars_step_else_their_count(spool):
     assert [r["step"] for r in records(spool.with_name("b.jsonl"))] == [5, 7]
 
 
+def test_an_epochs_last_frame_never_drawn_still_counts_its_steps(spool):
+    """Rich redraws at its own rate: epoch 0's bar may stop at 5/6 on screen though 6 steps ran; the next
+    epoch's bar (Epoch 1, n = 0) starts after the 6. Without a later epoch, a bar that starts again continues
+    after its last n."""
+    sink, _ = make_sink(spool)
+    assert [sink.bar_step("rich:top:Epoch", n, True, 6, 0) for n in (1, 2, 5)] == [1, 2, 5]
+    assert [sink.bar_step("rich:top:Epoch", n, True, 6, 1) for n in (0, 1, 6)] == [6, 7, 12]
+    assert [sink.bar_step("rich:top:Epoch", n, True, 6, 1) for n in (0, 2)] == [12, 14]  # the same epoch again
+
+
 def test_an_absurd_printed_step_is_no_step(spool):
     sink, _ = make_sink(spool)
     sink.printed("stdout", {"loss": 0.1}, step=10 ** 23)
