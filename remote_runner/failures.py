@@ -196,6 +196,10 @@ _PATTERNS = (
                                        r"insufficient for CUDA runtime version"),
      "install a PyTorch built for the CUDA version nvidia-smi shows (pip install torch --index-url "
      "https://download.pytorch.org/whl/cuXY), or upgrade the NVIDIA driver"),
+    # Transformers' TrainingArguments with --bf16 True on a host without a GPU
+    ("precision_unsupported", re.compile(r"Your setup doesn't support bf16/gpu[^\n]*"),
+     "Transformers runs bf16 on a CPU only when told to: add --use_cpu True to the script's arguments, or choose "
+     "fp32"),
     ("precision_unsupported", re.compile(
         r"(?:bf16|tf32|fp16) needs compute capability [^\n]*|(?:bf16|tf32) is not supported on Apple MPS[^\n]*|"
         r"tf32 is (?:a|an NVIDIA) tensor-core mode[^\n]*|bf16 is only supported on A100\+ GPUs|"

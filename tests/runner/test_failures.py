@@ -202,6 +202,18 @@ def test_our_own_precision_refusal():
     assert found.kind == "precision_unsupported" and "7.0" in found.message
 
 
+def test_transformers_bf16_on_a_host_without_a_gpu_says_to_pass_use_cpu():
+    import torch
+    from transformers import TrainingArguments  # the real library's refusal, raised here
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU: Transformers takes --bf16 True without --use_cpu")
+    with pytest.raises(ValueError) as raised:
+        TrainingArguments(output_dir="out", bf16=True, use_cpu=False)
+    found = classify(1, formatted(raised.value), [])
+    assert found.kind == "precision_unsupported" and "--use_cpu True" in found.hint, found
+
+
 def test_exit_status_of_a_script_without_a_traceback():
     proc = subprocess.run([sys.executable, "-c", "import sys; print('loading'); "
                            "sys.exit('fatal: the dataset directory /data/imagenet does not exist')"],
