@@ -119,7 +119,21 @@ def attach_rank0(environ: Optional[dict] = None) -> bool:
             note_written_files(run_dir)
         except OSError:
             pass
+        report_world_size(run_dir, environ)
     return True
+
+
+def report_world_size(run_dir: str, environ: dict) -> None:
+    """The world size torchrun started rank 0 with, as a ``script_reports`` event (see :mod:`.reports`)."""
+    from ..spools import append_event
+
+    size = environ.get("WORLD_SIZE", "")
+    if size.isdigit():
+        try:
+            append_event(run_dir, "script_reports", setting="world_size", value=int(size),
+                         line="torchrun started rank 0 with WORLD_SIZE=%s" % size)
+        except OSError:
+            pass
 
 
 class _Stderr(io.TextIOWrapper):

@@ -1,12 +1,18 @@
-"""What a script says it runs with: precision, compile and batch size, as its framework prints them.
+"""What a script says it runs with: precision, compile, batch size, world size and backend, as its framework
+prints them.
 
-The run was asked for bf16; did the script use it?  Frameworks say so at start-up, in their own words:
+The run was asked for bf16 on 2 processes; did the script use that?  Frameworks say so at start-up, in their own
+words:
 
 - Lightning: ``Using bfloat16 Automatic Mixed Precision (AMP)`` / ``Using 16bit Automatic Mixed Precision (AMP)``;
-- Accelerate's state, as scripts print it: ``Mixed precision type: bf16``;
+  its DDP strategy: ``distributed_backend=gloo`` and ``All distributed processes registered. Starting with 2
+  processes``;
+- Accelerate's state, as scripts print it: ``Mixed precision type: bf16``, ``Num processes: 2``,
+  ``Distributed environment: MULTI_CPU  Backend: gloo``;
 - Transformers' ``TrainingArguments`` printed by a script: ``bf16=True``, ``torch_compile=False``,
   ``per_device_train_batch_size=8`` (one field per line, or all on one);
-- nanoGPT's configurator: ``Overriding: dtype = bfloat16``.
+- nanoGPT's configurator: ``Overriding: dtype = bfloat16``;
+- torchrun: the ``WORLD_SIZE`` it started rank 0 with (rank 0 appends that report itself, :mod:`.rank0`).
 
 Each new (setting, value) is an event ``script_reports`` with the line that said it; the client compares it
 with what the run was asked (:mod:`ddpgui.core.runs.reported`).  Only the first ``SCAN_BYTES`` of each stream are
@@ -19,11 +25,14 @@ from typing import Callable, Optional
 from .frames import without_ansi
 
 SCAN_BYTES = 4 * 1024 * 1024
-_WORDS = (b"precision", b"bf16", b"fp16", b"tf32", b"torch_compile", b"batch_size", b"overriding:")
+_WORDS = (b"precision", b"bf16", b"fp16", b"tf32", b"torch_compile", b"batch_size", b"overriding:", b"processes",
+          b"backend")
 _LIGHTNING = re.compile(r"Using (bfloat16|bf16|16bit|16|32bit|64bit) Automatic Mixed Precision")
 _ACCELERATE = re.compile(r"Mixed precision type:\s*(\w+)")
 _HF_FIELD = re.compile(r"(?<![\w.])(bf16|fp16|tf32|torch_compile|torch_compile_mode|per_device_train_batch_size)"
                        r"\s*=\s*([\w.-]+)")
+_WORLD = re.compile(r"Starting with (\d+) processes|^Num processes:\s*(\d+)$")
+_BACKEND = re.compile(r"(?:distributed_backend=|Backend:\s*)(\w+)")
 _NANOGPT = re.compile(r"Overriding:\s*(dtype|compile|batch_size)\s*=\s*(\S+)")
 _PRECISION_WORDS = {"bfloat16": "bf16", "bf16": "bf16", "16bit": "fp16", "16": "fp16", "fp16": "fp16",
                     "float16": "fp16", "no": "fp32", "float32": "fp32", "32bit": "fp32", "fp32": "fp32"}
@@ -56,6 +65,12 @@ class SettingsReports:
                 self._line(without_ansi(raw.decode("utf-8", "replace")).strip())
 
     def _line(self, line: str) -> None:
+        found = _WORLD.search(line)
+        if found:
+            self._report("world_size", int(found.group(1) or found.group(2)), line)
+        found = _BACKEND.search(line)
+        if found:
+            self._report("backend", found.group(1).lower(), line)
         found = _LIGHTNING.search(line)
         if found:
             self._report("precision", _PRECISION_WORDS.get(found.group(1), found.group(1)), line)
@@ -112,7 +127,7 @@ def reported_matches(asked: object, reported: object, setting: str) -> Optional[
     """Whether a report agrees with the setting asked (``on``: compiled, in a mode the script did not say)."""
     if setting == "compile" and reported == "on":
         return asked != "off"
-    if setting == "batch_size":
+    if setting in ("batch_size", "world_size"):
         try:
             return int(asked) == int(reported)
         except (TypeError, ValueError):

@@ -27,6 +27,7 @@ from ddpgui.core.sweeps.plan import SweepError, SweepSpec, plan_sweep, split_val
 from remote_runner.config import ConfigError
 from remote_runner.scriptread.reports import SettingsReports
 
+SCRIPTLOGS = Path(__file__).resolve().parents[1] / "fixtures" / "scriptlogs"
 NANOGPT_CONFIGURATOR = "batch_size = 12\ndtype = 'bfloat16'\nexec(open('configurator.py').read())\n"
 
 
@@ -229,6 +230,12 @@ def test_a_script_that_reports_other_settings_than_it_was_given_is_warned_about(
     assert lines["passed"] == ("compile default, precision bf16 → --torch_compile True --bf16 True "
                                "(Transformers, HfArgumentParser)")
     assert settings_warnings(config, {"precision": Reported("precision", "bf16", "x")}) == []
+    # The processes the run started against the world size the script reports (Lightning's "Starting with")
+    two = dict(config, nproc_per_node=2, nnodes=1)
+    line = "All distributed processes registered. Starting with 1 processes"
+    assert settings_warnings(two, {"world_size": Reported("world_size", 1, line)}) == [
+        f"asked 2 processes, the script reports 1 (\u201c{line}\u201d)"]
+    assert settings_warnings(dict(two, nnodes=2), {"world_size": Reported("world_size", 4, "x")}) == []
 
 
 def _reports(chunks):
@@ -254,6 +261,13 @@ def test_what_the_real_frameworks_print_at_start_up_is_read_as_their_settings():
         [("precision", "fp32")]
     assert _reports([("stdout", b"Overriding: dtype = bfloat16\nOverriding: compile = True\n")]) == \
         [("precision", "bf16"), ("compile", "on")]
+    # Lightning's DDP strategy at start-up (a real capture: tests/fixtures/scriptlogs), and Accelerate's state
+    lightning = (SCRIPTLOGS / "lightning_tqdm.stderr").read_bytes()
+    assert _reports([("stderr", lightning[i:i + 50]) for i in range(0, len(lightning), 50)])[:2] == [
+        ("backend", "gloo"), ("world_size", 2)]
+    assert _reports([("stdout", b"Distributed environment: MULTI_CPU  Backend: gloo\nNum processes: 2\n")]) == [
+        ("backend", "gloo"), ("world_size", 2)]
+    assert _reports([("stdout", b"Starting with 3 epochs and 2 processes\n")]) == []  # not the strategy's line
     # A chatty script's later output is not scanned: only the start-up's first megabytes
     assert _reports([("stdout", b"x" * (5 << 20)), ("stdout", b"\nMixed precision type: bf16\n")]) == []
 

@@ -2,9 +2,11 @@
 ``ddpgui sweep local --script DIR ...``: real torchrun (gloo, 2 CPU processes), the real Transformers and
 Accelerate `make test` installs, the real supervisor and store.  Each run's recorded arguments and environment,
 what the script itself reported it ran with, and the comparison's groups are checked."""
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers.cli_process import cli_env, run_cli
 
@@ -68,6 +70,8 @@ def test_an_accelerate_script_swept_over_mixed_precision_through_its_environment
     assert [r.config["script"]["passed_env"] for r in runs] == [{"ACCELERATE_MIXED_PRECISION": "no"},
                                                                 {"ACCELERATE_MIXED_PRECISION": "bf16"}]
     assert [reported(store, r, "precision") for r in runs] == ["fp32", "bf16"]
+    # Accelerate's state also says how many processes and which backend it runs with
+    assert {(reported(store, r, "world_size"), reported(store, r, "backend")) for r in runs} == {(2, "gloo")}
     assert [r.config["script"]["passed_args"] for r in runs] == [[], []]
     labels = [g.label for g in compute_comparison(store, None, [r.id for r in runs]).comparison.groups]
     assert labels == ["fp32", "bf16"]
@@ -110,3 +114,41 @@ def test_a_script_that_runs_otherwise_than_it_was_asked_is_warned_about(tmp_path
     code, shown, _ = run_cli(["show", run.id], env, timeout=60)
     assert "  passed      precision bf16 → --dtype=float32 (your mapping)" in shown, shown
     assert "  warning     asked precision bf16, the script reports fp32" in shown, shown
+
+
+def launch(tmp_path, source: Path, *argv):
+    """``ddpgui launch local --script COPY --entry train.py ARGV --follow`` to its end; returns (store, run, out)."""
+    folder = tmp_path / source.name
+    shutil.copytree(source, folder)
+    env = cli_env(tmp_path, OMP_NUM_THREADS="1")
+    head, tail = list(argv[:argv.index("--")]), list(argv[argv.index("--"):])
+    code, out, err = run_cli(["launch", "local", "--script", str(folder), "--entry", "train.py", *head, "--follow",
+                              *tail], env, timeout=300)
+    store = RunStore(tmp_path / "data" / STORE_FILE)
+    (run,) = store.list_runs()
+    assert code == 0 and run.state == "finished", (code, out, err, run.message,
+                                                   store.log_tail(run.id, "stderr.log")[-3000:])
+    return store, run, folder
+
+
+def test_a_lightning_cli_script_given_bf16_runs_in_bf16_and_says_so(tmp_path):
+    store, run, folder = launch(tmp_path, SCRIPTS / "frameworks" / "lightning_cli", "--nproc", "2", "--precision",
+                                "bf16", "--", "fit")
+    script = run.config["script"]
+    assert script["framework"] == "lightning-cli" and script["applied"] == ["precision"]
+    assert script["passed_args"] == ["--trainer.precision=bf16-mixed"]
+    truth = [json.loads(line) for line in (folder / "truth.jsonl").read_text().splitlines()]
+    assert {t["precision"] for t in truth} == {"bf16-mixed"}  # the trainer took it
+    # What Lightning said at start-up: its AMP, and its DDP strategy's backend and processes
+    assert [reported(store, run, s) for s in ("precision", "world_size", "backend")] == ["bf16", 2, "gloo"]
+    assert settings_warnings(run.config, script_reports(store, run.id)) == []
+    s = store.series(run.id, keys=["step", "loss"])
+    assert s["step"][np.isfinite(s["loss"])].astype(int).tolist() == [t["step"] for t in truth] == list(range(1, 13))
+
+
+def test_a_transformers_script_with_compile_on_compiles(tmp_path):
+    store, run, _ = launch(tmp_path, SCRIPTS / "frameworks" / "hf_args", "--nproc", "1", "--compile", "default",
+                           "--", "--output_dir", "out", "--use_cpu", "True", "--max_steps", "4")
+    assert run.config["script"]["passed_args"][-2:] == ["--torch_compile", "True"]
+    assert reported(store, run, "compile") == "on"
+    assert settings_warnings(run.config, script_reports(store, run.id)) == []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from remote_runner.scriptread import rank0
 from remote_runner.scriptread.files import WRITTEN_FILES
+from remote_runner.spools import EVENTS
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = r'''
@@ -46,7 +47,7 @@ def _read_all(fds, proc):
 
 
 def _run(tmp_path, rank, folder):
-    env = dict(os.environ, PYTHONPATH=str(REPO), RANK=rank, **{rank0.OUTPUT_ENV: folder,
+    env = dict(os.environ, PYTHONPATH=str(REPO), RANK=rank, WORLD_SIZE="2", **{rank0.OUTPUT_ENV: folder,
                                                                rank0.FILES_ENV: str(tmp_path)})
     return subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "logs")], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
@@ -70,6 +71,9 @@ def test_rank_0_writes_to_the_fifos_and_notes_the_logs_it_writes(tmp_path):
     assert [(n["path"], n["kind"]) for n in noted] == [
         (str(logs / "metrics.csv"), "csv"), (str(logs / "sub" / "events.out.tfevents.123.host"), "tensorboard"),
         (str(logs / "raw.csv"), "csv")]
+    # The world size torchrun started it with, in the run's events: what the run got, beside what it asked
+    (report,) = [json.loads(line) for line in (tmp_path / EVENTS).read_text().splitlines()]
+    assert (report["event"], report["setting"], report["value"]) == ("script_reports", "world_size", 2)
     rank0.remove_fifos(folder, str(tmp_path))
     assert not os.path.exists(folder)
 

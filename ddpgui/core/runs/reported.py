@@ -1,8 +1,9 @@
 """What a script run was asked and what the script says it ran with: the run's settings warnings.
 
-The host reads the script's start-up lines for its precision, compile and batch size (``script_reports``
-events, remote_runner/scriptread/reports.py); a setting the run gave the script that the script reports
-otherwise is a warning on the run: "asked bf16, the script reports fp32".
+The host reads the script's start-up lines for its precision, compile, batch size, world size and backend
+(``script_reports`` events, remote_runner/scriptread/reports.py); a setting the run gave the script that the
+script reports otherwise is a warning on the run: "asked bf16, the script reports fp32", and so is a world size
+other than the processes the run started ("asked 4 processes, the script reports 2").
 """
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def settings_warnings(config: dict, reports: dict[str, Reported]) -> list[str]:
             continue
         out.append(f"asked {setting} {config.get(setting)}, the script reports {report.value} "
                    f"(\u201c{report.line}\u201d)")
+    world = reports.get("world_size")
+    asked = int(config.get("nproc_per_node") or 1) * int(config.get("nnodes") or 1)
+    if world is not None and reported_matches(asked, world.value, "world_size") is False:
+        out.append(f"asked {asked} processes, the script reports {world.value} (\u201c{world.line}\u201d)")
     return out
 
 
