@@ -236,6 +236,9 @@ def test_a_script_that_reports_other_settings_than_it_was_given_is_warned_about(
     assert settings_warnings(two, {"world_size": Reported("world_size", 1, line)}) == [
         f"asked 2 processes, the script reports 1 (\u201c{line}\u201d)"]
     assert settings_warnings(dict(two, nnodes=2), {"world_size": Reported("world_size", 4, "x")}) == []
+    said = {"batch_size": Reported("batch_size", 8, "x"), "world_size": Reported("world_size", 2, "x"),
+            "backend": Reported("backend", "gloo", "x")}
+    assert dict(script_settings_lines(two, said))["reported"] == "batch size 8; 2 processes; backend gloo"
 
 
 def _reports(chunks):

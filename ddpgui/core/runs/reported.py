@@ -58,6 +58,13 @@ def passed_text(config: dict) -> str:
     return " ".join(words)
 
 
+def _said(report: Reported) -> str:
+    """``precision bf16``, ``batch size 8``, ``2 processes``: one report as a line shows it."""
+    if report.setting == "world_size":
+        return f"{report.value} processes"
+    return f"{report.setting.replace('_', ' ')} {report.value}"
+
+
 def script_settings_lines(config: dict, reports: dict[str, Reported]) -> list[tuple[str, str]]:
     """(label, text) lines for ``ddpgui show`` and the run header's tooltip: what the settings became for the
     script, what it reported, and each mismatch."""
@@ -68,6 +75,6 @@ def script_settings_lines(config: dict, reports: dict[str, Reported]) -> list[tu
         framework = FRAMEWORK_NAMES.get(script.get("framework") or "", "your mapping")
         lines.append(("passed", f"{given} → {passed_text(config)} ({framework})"))
     if reports:
-        lines.append(("reported", "; ".join(f"{r.setting} {r.value}" for r in reports.values())))
+        lines.append(("reported", "; ".join(_said(r) for r in reports.values())))
     lines += [("warning", text) for text in settings_warnings(config, reports)]
     return lines
