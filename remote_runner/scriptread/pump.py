@@ -1,22 +1,21 @@
 """The supervisor's one thread over a script run's output pipes: copied to the logs, rank 0's read for metrics.
 
-Three pipes: torchrun's stdout (torchrun and every rank but rank 0), and rank 0's stdout and stderr FIFOs
-(:mod:`.rank0`).  One thread reads whichever is ready (``select``), so the three never interleave inside a
-line of stdout.log: each pipe's bytes are written up to its last line end, the rest held until that line
-is complete (or the pipe ends).  When rank 0's stderr and stdout are both ready, stderr is read first, and
-the frame a bar is drawing on one stream is read before a chunk of the other: a progress bar (stderr) that
-moved before a line was printed (stdout) gives that line its step.  Two pipes do not keep the order the
-script wrote in, so when stdout is ready alone the pump waits up to :data:`LEAD_WAIT_S` for stderr: tqdm's
-``write`` (Transformers prints its log dict with it) sends the line, then redraws the bar at the step the dict
-belongs to, and a loaded machine may pause the script between the two writes.  What the reader sees is then
-what the script wrote within that wait, stderr first.  A full disk
-does not stop the reading (the script would block on a full pipe): the logs lose bytes, the metrics don't.
+Four pipes: torchrun's stdout (torchrun and every rank but rank 0), rank 0's stdout and stderr FIFOs (what its
+C code and subprocesses write to file descriptors 1 and 2), and the FIFO of rank 0's Python streams in frames
+(:mod:`.rank0`), which keeps the order the script printed in across stdout and stderr: a progress bar (stderr)
+that moved before a line was printed (stdout) gives that line its step.  One thread reads whichever is ready
+(``select``), so the pipes never interleave inside a line of a log: each source's bytes are written up to its
+last line end, the rest held until that line is complete (or the pipe ends).  When several are ready, rank 0's
+stderr is read first, and the frame a bar is drawing on one stream is read before a chunk of the other.  A full
+disk does not stop the reading (the script would block on a full pipe): the logs lose bytes, the metrics don't.
 """
 import os
 import select
 import threading
 import time
 from typing import Optional
+
+from .rank0 import FRAME_HEAD, MARKER
 
 #: Bytes read from a pipe at once.
 CHUNK = 1 << 16
@@ -28,8 +27,6 @@ IDLE_S = 0.25
 #: prints line by line would otherwise wake it (two context switches) for every line it writes; meanwhile its
 #: lines gather in the pipe (1 MiB, rank0.PIPE_BYTES) and are read as one chunk.
 GATHER_S = 0.01
-#: Seconds the pump waits for the ``lead`` pipe (rank 0's stderr) when the pipe it leads is ready alone.
-LEAD_WAIT_S = 0.05
 
 
 class _LogCopy:
@@ -62,15 +59,46 @@ class _LogCopy:
                 return
 
 
+class _Frames:
+    """The framed FIFO's bytes, as (stream, payload) pieces in order (rank0._Framed writes them).  Bytes that are
+    no frame (nothing but rank0 writes there) end the reading of this pipe's frames."""
+
+    def __init__(self):
+        self.rest = b""
+        self.broken = False
+
+    def split(self, data: bytes) -> list[tuple[int, bytes]]:
+        data, out, at = self.rest + data, [], 0
+        while not self.broken and len(data) - at >= FRAME_HEAD:
+            if data[at] != MARKER or data[at + 1] not in (1, 2):
+                self.broken = True
+                break
+            end = at + FRAME_HEAD + int.from_bytes(data[at + 2:at + 4], "big")
+            if end > len(data):
+                break
+            if out and out[-1][0] == data[at + 1]:
+                out[-1] = (out[-1][0], out[-1][1] + data[at + FRAME_HEAD:end])
+            else:
+                out.append((data[at + 1], data[at + FRAME_HEAD:end]))
+            at = end
+        self.rest = b"" if self.broken else data[at:]
+        return out
+
+
 class OutputPump:
     """``pipes``: read fd → (log fd, OutputReader or None); ``first``: fds read first when several are ready;
-    ``lead``: (fd, fd it leads): when the second is ready alone, the first is waited for up to LEAD_WAIT_S."""
+    ``framed``: (read fd, {1: its stdout's pipe fd, 2: its stderr's}): the FIFO of rank 0's Python streams,
+    whose frames are copied and read as the pipes named there (their logs and readers)."""
 
-    def __init__(self, pipes: dict[int, tuple], first: list[int] = (), lead: Optional[tuple[int, int]] = None):
+    def __init__(self, pipes: dict[int, tuple], first: list[int] = (), framed: Optional[tuple[int, dict]] = None):
         self._pipes = {fd: (_LogCopy(log_fd), reader) for fd, (log_fd, reader) in pipes.items()}
         self._order = list(first) + [fd for fd in pipes if fd not in first]
-        self._lead = lead
-        self._open = set(pipes)
+        self._framed: dict[int, tuple[_Frames, dict]] = {}
+        if framed is not None:
+            fd, streams = framed
+            self._framed[fd] = (_Frames(), {k: (_LogCopy(self._pipes[v][0].log_fd), v) for k, v in streams.items()})
+            self._order.insert(0, fd)
+        self._open = set(pipes) | set(self._framed)
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
@@ -86,6 +114,8 @@ class OutputPump:
             self._thread.join(timeout)
         self._stopped.set()
         with self._lock:
+            for fd in list(self._framed):
+                self._end_frames(fd)
             for fd, (log, reader) in self._pipes.items():
                 log.flush()
                 if reader is not None:
@@ -98,7 +128,6 @@ class OutputPump:
         while self._open and not self._stopped.is_set():
             try:
                 ready, _, _ = select.select(list(self._open), [], [], IDLE_S)
-                ready += self._led(ready)
             except (OSError, ValueError):  # a descriptor closed under us by join()
                 return
             with self._lock:
@@ -116,15 +145,6 @@ class OutputPump:
             if not full:
                 time.sleep(GATHER_S)
 
-    def _led(self, ready: list) -> list:
-        """[the lead fd] when the fd it leads is ready alone and the lead becomes ready within LEAD_WAIT_S."""
-        if self._lead is None:
-            return []
-        lead, led = self._lead
-        if led not in ready or lead in ready or lead not in self._open:
-            return []
-        return select.select([lead], [], [], LEAD_WAIT_S)[0]
-
     def _read(self, fd: int) -> bool:
         """Read one chunk of ``fd``; whether it was a whole chunk (more may be waiting)."""
         try:
@@ -133,6 +153,16 @@ class OutputPump:
             return False
         except OSError:
             data = b""
+        if fd in self._framed:
+            if not data:
+                self._end_frames(fd)
+                return False
+            frames, streams = self._framed[fd]
+            for stream, payload in frames.split(data):
+                log, pipe = streams[stream]
+                log.write(payload)
+                self._feed(pipe, payload)
+            return len(data) == CHUNK
         log, reader = self._pipes[fd]
         if not data:
             self._open.discard(fd)
@@ -140,13 +170,27 @@ class OutputPump:
             log.flush()
             return False
         log.write(data)
-        if reader is not None:
-            try:
-                for _, other in self._pipes.values():
-                    if other is not None and other is not reader:
-                        other.catch_up()
-                reader.feed(data)
-            except Exception as exc:  # a reader's bug must not stop the copying (or block the script)
-                self._pipes[fd] = (log, None)
-                reader.sink.event("warning", message="reading the script's output for metrics failed: %r" % exc)
+        self._feed(fd, data)
         return len(data) == CHUNK
+
+    def _end_frames(self, fd: int) -> None:
+        _, streams = self._framed[fd]
+        for log, _ in streams.values():
+            log.flush()
+        if fd in self._open:
+            self._open.discard(fd)
+            os.close(fd)
+
+    def _feed(self, fd: int, data: bytes) -> None:
+        """Give ``data`` to the reader of pipe ``fd``, after the others have read the frame they are drawing."""
+        log, reader = self._pipes[fd]
+        if reader is None:
+            return
+        try:
+            for _, other in self._pipes.values():
+                if other is not None and other is not reader:
+                    other.catch_up()
+            reader.feed(data)
+        except Exception as exc:  # a reader's bug must not stop the copying (or block the script)
+            self._pipes[fd] = (log, None)
+            reader.sink.event("warning", message="reading the script's output for metrics failed: %r" % exc)

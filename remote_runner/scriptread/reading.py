@@ -51,7 +51,7 @@ class ScriptReading:
         get the step of a frame drawn a few steps before, ``TQDM_MININTERVAL=0.01`` lets a bar show every step
         up to 100 steps a second (at most 100 frames a second, a few KB)."""
         self._folder = rank0.make_fifos(self.run_dir)
-        for name, fifo in (("stdout", rank0.STDOUT_FIFO), ("stderr", rank0.STDERR_FIFO)):
+        for name, fifo in (("stdout", rank0.STDOUT_FIFO), ("stderr", rank0.STDERR_FIFO), ("framed", rank0.FRAMED_FIFO)):
             read_fd, hold_fd = rank0.open_reader(os.path.join(self._folder, fifo))
             self._fifos[name] = read_fd
             self._holds.append(hold_fd)
@@ -68,7 +68,7 @@ class ScriptReading:
                  self._fifos["stdout"]: (stdout_log_fd, self.readers["stdout"]),
                  self._fifos["stderr"]: (stderr_log_fd, self.readers["stderr"])}
         self._pump = OutputPump(pipes, first=[self._fifos["stderr"], self._fifos["stdout"]],
-                                lead=(self._fifos["stderr"], self._fifos["stdout"]))
+                                framed=(self._fifos["framed"], {1: self._fifos["stdout"], 2: self._fifos["stderr"]}))
         self._pump.start()
 
     def attempt_ended(self) -> None:

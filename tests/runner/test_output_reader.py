@@ -148,33 +148,3 @@ def test_hostile_output_loses_nothing_after_it():
     assert [(r["step"], r["loss"]) for r in written] == [(1, 0.5), (1, 0.1), (3, 0.3)]
     assert reader.splitter.long_skipped == 1
 
-
-def test_a_line_gets_the_step_of_the_bar_redrawn_just_after_it_on_the_other_pipe():
-    """tqdm.write (Transformers' log dict) sends the line to stdout, then redraws the bar on stderr at the
-    step the line belongs to; a loaded machine may pause the script between the two writes, and two pipes do
-    not keep their order: the pump waits a moment for stderr when stdout is ready alone."""
-    import os
-    import time
-
-    from remote_runner.scriptread.pump import OutputPump
-
-    written, events = Written(), Events()
-    sink = MetricSink(written, events)
-    (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
-    log = os.open(os.devnull, os.O_WRONLY)
-    pump = OutputPump({out_r: (log, OutputReader("stdout", sink)), err_r: (log, OutputReader("stderr", sink))},
-                      first=[err_r, out_r], lead=(err_r, out_r))
-    pump.start()
-    try:
-        os.write(err_w, "\r 62%|██████▎   | 10/16 [00:01<00:00, 9.00it/s]".encode())
-        time.sleep(0.2)  # read: the pump waits in select
-        os.write(out_w, b"{'loss': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 1.5}\n")
-        time.sleep(0.002)  # the script paused between its two writes
-        os.write(err_w, "\r 75%|███████▌  | 12/16 [00:01<00:00, 9.00it/s]".encode())
-        time.sleep(0.2)
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-        pump.join(5)
-        os.close(log)
-    assert [(r["step"], r["loss"]) for r in written if "loss" in r] == [(12, 0.5)]

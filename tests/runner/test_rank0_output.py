@@ -10,6 +10,7 @@ from pathlib import Path
 
 from remote_runner.scriptread import rank0
 from remote_runner.scriptread.files import WRITTEN_FILES
+from remote_runner.scriptread.pump import _Frames
 from remote_runner.spools import EVENTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +29,9 @@ os.close(os.open(os.path.join(logs, "raw.csv"), os.O_WRONLY | os.O_CREAT))
 open(os.path.join(logs, "notes.txt"), "w").close()  # not a log
 open(os.path.join(logs, "metrics.csv")).close()  # read, not written
 print(sorted(k for k in os.environ if k.startswith("DDPGUI_SCRIPT")), flush=True)
+sys.stderr.write("")  # nothing: no frame
+sys.stderr.buffer.write(b"x" * 10000) if hasattr(sys.stderr, "buffer") else None  # several frames, one piece
+sys.stderr.write("")
 '''
 
 
@@ -58,13 +62,16 @@ def test_rank_0_writes_to_the_fifos_and_notes_the_logs_it_writes(tmp_path):
     assert folder != str(tmp_path) and os.stat(folder).st_mode & 0o777 == 0o700  # a private local folder
     out_fd, out_hold = rank0.open_reader(os.path.join(folder, rank0.STDOUT_FIFO))
     err_fd, err_hold = rank0.open_reader(os.path.join(folder, rank0.STDERR_FIFO))
+    framed_fd, framed_hold = rank0.open_reader(os.path.join(folder, rank0.FRAMED_FIFO))
     proc = _run(tmp_path, "0", folder)
     assert proc.wait(30) == 0
-    os.close(out_hold)  # as the supervisor does once torchrun has ended: the reader then sees the end
-    os.close(err_hold)
-    got = _read_all([out_fd, err_fd], proc)
-    assert got[out_fd].decode().splitlines() == ["attached", "from C: fd 1", "[]"]  # its env is gone for children
-    assert got[err_fd] == b"to stderr\n"
+    for hold in (out_hold, err_hold, framed_hold):  # as the supervisor does once torchrun has ended: the reader
+        os.close(hold)                              # then sees the end
+    got = _read_all([out_fd, err_fd, framed_fd], proc)
+    assert got[out_fd] == b"from C: fd 1\n" and got[err_fd] == b""  # file descriptors 1 and 2 as they are
+    # Python's print, to either stream, in frames of one FIFO, in the order printed; its env is gone for children
+    assert _Frames().split(got[framed_fd]) == [(1, b"attached\n"), (2, b"to stderr\n"), (1, b"[]\n"),
+                                               (2, b"x" * 10000)]
     assert proc.stdout.read() == b"" and proc.stderr.read() == b""  # nothing went to torchrun's pipes
     noted = [json.loads(line) for line in (tmp_path / WRITTEN_FILES).read_text().splitlines()]
     logs = tmp_path / "logs"
@@ -82,7 +89,7 @@ def test_other_ranks_print_as_before(tmp_path):
     folder = rank0.make_fifos(str(tmp_path))
     proc = _run(tmp_path, "1", folder)
     out, err = proc.communicate(timeout=30)
-    assert out.decode().splitlines()[:2] == ["not attached", "from C: fd 1"] and err == b"to stderr\n"
+    assert out.decode().splitlines()[:2] == ["not attached", "from C: fd 1"] and err == b"to stderr\n" + b"x" * 10000
     assert not (tmp_path / WRITTEN_FILES).exists()
     rank0.remove_fifos(folder, str(tmp_path))
 
@@ -147,3 +154,53 @@ def test_rank_0_stdout_is_batched_yet_in_order_and_on_time(tmp_path):
     assert got == b"one\ntwo\nbar 1/3\rthree\nchild\nfour\n"
     assert proc.wait(30) == 0
     os.close(read_fd)
+
+
+TQDM_WRITE = r'''
+import sys
+from remote_runner.scriptread.rank0 import attach_rank0
+from tqdm import tqdm
+
+assert attach_rank0()
+bar = tqdm(total=60, mininterval=0)  # on stderr, drawn at every step
+for step in range(1, 61):
+    bar.update(1)
+    if step % 5 == 0:  # Transformers' way: the log dict through tqdm.write (stdout), which redraws the bar after
+        tqdm.write(str({"loss": step / 100, "epoch": step / 60}))
+bar.close()
+'''
+
+
+def test_a_line_printed_between_two_bar_frames_gets_the_step_of_the_bar_however_late_it_is_read(tmp_path):
+    """The script prints its bar on stderr and its log dicts on stdout; the supervisor reads only once it has
+    all ended (the worst lag there is): each dict still gets the step the bar showed when it was printed, as
+    Python's two streams come through one FIFO in the order they were written. Two pipes read stderr first
+    would give every dict the last step."""
+    from remote_runner.scriptread.output import OutputReader
+    from remote_runner.scriptread.pump import OutputPump
+    from remote_runner.scriptread.sink import MetricSink
+
+    folder = rank0.make_fifos(str(tmp_path))
+    fds = {name: rank0.open_reader(os.path.join(folder, name)) for name in rank0.FIFOS}
+    env = dict(os.environ, PYTHONPATH=str(REPO), RANK="0", **{rank0.OUTPUT_ENV: folder})
+    proc = subprocess.run([sys.executable, "-c", TQDM_WRITE], env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == b"" and proc.stderr == b"", proc
+    for _, hold in fds.values():
+        os.close(hold)
+    written = []
+
+    class Writer:
+        def write(self, record, t=None):
+            written.append(dict(record))
+
+    sink = MetricSink(Writer(), lambda *a, **k: None)
+    log = os.open(os.devnull, os.O_WRONLY)
+    (out, _), (err, _), (framed, _) = (fds[name] for name in rank0.FIFOS)
+    pump = OutputPump({out: (log, OutputReader("stdout", sink)), err: (log, OutputReader("stderr", sink))},
+                      first=[err, out], framed=(framed, {1: out, 2: err}))
+    pump.start()
+    pump.join(30)
+    os.close(log)
+    rank0.remove_fifos(folder, str(tmp_path))
+    got = [(r["step"], r["loss"]) for r in written if "loss" in r]
+    assert got == [(step, step / 100) for step in range(5, 61, 5)], got
