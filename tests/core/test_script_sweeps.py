@@ -142,8 +142,14 @@ def test_a_lightning_cli_script_given_bf16_runs_in_bf16_and_says_so(tmp_path):
     # What Lightning said at start-up: its AMP, and its DDP strategy's backend and processes
     assert [reported(store, run, s) for s in ("precision", "world_size", "backend")] == ["bf16", 2, "gloo"]
     assert settings_warnings(run.config, script_reports(store, run.id)) == []
+    # Its Rich bar (LightningCLI's default with rich installed) redraws 10 times a second and may skip a fast
+    # step's frame: every value stored is the one the script had at that step, the last step's among them
     s = store.series(run.id, keys=["step", "loss"])
-    assert s["step"][np.isfinite(s["loss"])].astype(int).tolist() == [t["step"] for t in truth] == list(range(1, 13))
+    keep = np.isfinite(s["loss"])
+    got = dict(zip(s["step"][keep].astype(int).tolist(), s["loss"][keep].tolist()))
+    loss = {t["step"]: t["loss"] for t in truth}
+    assert sorted(loss) == list(range(1, 13)) and 12 in got and len(got) >= 6, got
+    assert all(abs(v - loss[step]) <= 5e-4 * abs(loss[step]) + 1e-3 for step, v in got.items()), (got, loss)
 
 
 def test_a_transformers_script_with_compile_on_compiles(tmp_path):
