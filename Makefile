@@ -43,9 +43,9 @@ system-deps:
 	@bash .ci/system-deps
 
 # The suite on TEST_WORKERS processes (pytest-xdist, whole test files to each: a module's fixtures are made once;
-# most tests wait on torchrun, sshd or Slurm: on 2 cores a third worker runs while the others wait), then the tests
+# most tests wait on torchrun, sshd or Slurm), then the tests
 # marked `last` (the scan for leaked secrets) in a session of their own that sees every file the first one wrote.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: system-deps $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	@root=$$(mktemp -d /tmp/ddpgui-tests-XXXXXX); \
