@@ -8,6 +8,7 @@ import pypdf
 import pytest
 
 from ddpgui.cli import main
+from ddpgui.core.analysis.stats import t_quantile
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
@@ -77,6 +78,31 @@ def test_compare_writes_every_format(app_data, tmp_path, capsys):
     assert r"\toprule" in tex and r"\bottomrule" in tex and "2$\\times$" in tex
     bundle = json.loads((out / "runs.json").read_text())
     assert [r["record"]["id"] for r in bundle["runs"]] == app_data
+
+
+def test_compare_of_real_repeats_writes_curves_csv_with_their_n(app_data, tmp_path, capsys):
+    ids = app_data
+    out = tmp_path / "out"
+    assert main(["compare", *ids, "--out", str(out), "--format", "curves,png"]) == 0
+    printed = {p.rsplit("/", 1)[-1] for p in capsys.readouterr().out.split()}
+    assert "curves.csv" in printed and "loss.png" in printed
+    with open(out / "curves.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    repeats = [r for r in rows if r["group"] == "1×"]
+    single = [r for r in rows if r["group"] == "2×"]
+    assert repeats and single and len(repeats) + len(single) == len(rows)
+    assert {r["n"] for r in repeats} == {"2"} and {r["n"] for r in single} == {"1"}
+    assert all(r["ci_lo"] == r["ci_hi"] == "" for r in single)  # one run: no interval
+    with RunStore() as store:
+        losses = [{rec["step"]: rec["loss"] for rec in store.records(run_id) if rec.get("loss") is not None}
+                  for run_id in ids[:2]]
+    assert [int(r["x"]) for r in repeats] == sorted(losses[0]) == sorted(losses[1])
+    for r in repeats:
+        a, b = (seed[int(r["x"])] for seed in losses)
+        assert float(r["mean"]) == pytest.approx((a + b) / 2)
+        half = t_quantile(1) * abs(a - b) / 2  # n = 2: s = |a − b| / √2, half-width t · s / √2
+        assert float(r["ci_lo"]) == pytest.approx((a + b) / 2 - half)
+        assert float(r["ci_hi"]) == pytest.approx((a + b) / 2 + half)
 
 
 def test_import_of_the_bundle_into_another_store_then_refused_twice(app_data, tmp_path, monkeypatch, capsys):

@@ -14,12 +14,8 @@ from ddpgui.core import analysis
 from ddpgui.core.analysis.comparison import Curve
 from ddpgui.core.analysis.curves import mean_curve
 from ddpgui.core.analysis.stats import t_quantile
-from ddpgui.core.hosts import HostStore
 from ddpgui.core.outputs import export, figures
-from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
-from ddpgui.core.targets.factory import open_target
-from remote_runner.hooks import STEP_SECONDS_ENV
 
 ENV = {"cpu": "AMD EPYC 7B13", "cpu_count": 2, "torch": "2.5.1"}
 STEPS = 40
@@ -225,53 +221,6 @@ def test_cli_accepts_the_curves_format_and_lists_it(capsys):
     assert main(["compare", "x", "--out", "/nonexistent", "--format", "curvez"]) == 2
     err = capsys.readouterr().err
     assert "unknown format curvez" in err and "curves" in err
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """The app's data dir with three real finished runs on this computer: mlp 1 process seeds 0 and 1 (repeats),
-    and 2 processes (as tests/core/test_compare_cli.py trains them)."""
-    data = tmp_path_factory.mktemp("data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DDPGUI_DATA_DIR", str(data))
-        mp.setenv(STEP_SECONDS_ENV, "0.02")  # a throughput that settles on a loaded machine
-        hosts = HostStore(data / "hosts.json")
-        with RunStore() as store, RunManager(store, hosts, lambda name: open_target(name, hosts)) as manager:
-            ids = []
-            for nproc, seed in ((1, 0), (1, 1), (2, 0)):
-                record = manager.launch("local", {"workload": "mlp", "nproc_per_node": nproc, "steps": 60,
-                                                  "seed": seed, "name": f"mlp {nproc}p seed {seed}"})
-                final = manager.wait(record.id, timeout=240)
-                assert final.state == "finished", (final.message, store.log_tail(record.id)[-2000:])
-                ids.append(record.id)
-        yield data, ids
-
-
-@pytest.mark.slow
-def test_compare_of_real_repeats_writes_curves_csv_with_their_n(trained, tmp_path, monkeypatch, capsys):
-    data, ids = trained
-    monkeypatch.setenv("DDPGUI_DATA_DIR", str(data))
-    out = tmp_path / "out"
-    assert main(["compare", *ids, "--out", str(out), "--format", "curves,png"]) == 0
-    printed = {p.rsplit("/", 1)[-1] for p in capsys.readouterr().out.split()}
-    assert "curves.csv" in printed and "loss.png" in printed
-    with open(out / "curves.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    repeats = [r for r in rows if r["group"] == "1×"]
-    single = [r for r in rows if r["group"] == "2×"]
-    assert repeats and single and len(repeats) + len(single) == len(rows)
-    assert {r["n"] for r in repeats} == {"2"} and {r["n"] for r in single} == {"1"}
-    assert all(r["ci_lo"] == r["ci_hi"] == "" for r in single)  # one run: no interval
-    with RunStore() as store:
-        losses = [{rec["step"]: rec["loss"] for rec in store.records(run_id) if rec.get("loss") is not None}
-                  for run_id in ids[:2]]
-    assert [int(r["x"]) for r in repeats] == sorted(losses[0]) == sorted(losses[1])
-    for r in repeats:
-        a, b = (seed[int(r["x"])] for seed in losses)
-        assert float(r["mean"]) == pytest.approx((a + b) / 2)
-        half = t_quantile(1) * abs(a - b) / 2  # n = 2: s = |a − b| / √2, half-width t · s / √2
-        assert float(r["ci_lo"]) == pytest.approx((a + b) / 2 - half)
-        assert float(r["ci_hi"]) == pytest.approx((a + b) / 2 + half)
 
 
 def test_speedup_axis_shows_an_interval_that_reaches_below_zero(store):
