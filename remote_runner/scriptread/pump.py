@@ -68,7 +68,8 @@ class _Frames:
         self.broken = False
 
     def split(self, data: bytes) -> list[tuple[int, bytes]]:
-        data, out, at = self.rest + data, [], 0
+        """(stream, payload) of the whole frames so far; a stream's consecutive frames make one payload."""
+        data, runs, at = self.rest + data, [], 0
         while not self.broken and len(data) - at >= FRAME_HEAD:
             if data[at] != MARKER or data[at + 1] not in (1, 2):
                 self.broken = True
@@ -76,13 +77,12 @@ class _Frames:
             end = at + FRAME_HEAD + int.from_bytes(data[at + 2:at + 4], "big")
             if end > len(data):
                 break
-            if out and out[-1][0] == data[at + 1]:
-                out[-1] = (out[-1][0], out[-1][1] + data[at + FRAME_HEAD:end])
-            else:
-                out.append((data[at + 1], data[at + FRAME_HEAD:end]))
+            if not runs or runs[-1][0] != data[at + 1]:
+                runs.append((data[at + 1], []))
+            runs[-1][1].append(data[at + FRAME_HEAD:end])
             at = end
         self.rest = b"" if self.broken else data[at:]
-        return out
+        return [(stream, b"".join(pieces)) for stream, pieces in runs]
 
 
 class OutputPump:

@@ -195,11 +195,13 @@ class _Framed(io.RawIOBase):
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
+        if not view:
+            return 0
         parts = []
         for start in range(0, len(view), FRAME_DATA):
             piece = view[start:start + FRAME_DATA]
             parts += [bytes((MARKER, self.target)) + len(piece).to_bytes(2, "big"), piece]
-        step = 2 if _Framed.forked else max(len(parts), 1)
+        step = 2 if _Framed.forked else len(parts)
         for i in range(0, len(parts), step):
             self._writev(parts[i:i + step])
         return len(view)
@@ -222,6 +224,7 @@ def buffer_stdout(flush_s: float = FLUSH_S, framed_fd: Optional[int] = None) -> 
     and so does a fork (``os.register_at_fork``: a forked DataLoader worker does not print the parent's lines
     again); in the forked child stdout is line-buffered, as it has no flushing thread."""
     old_out, old_err = sys.stdout, sys.stderr
+
     def raw(target: int) -> io.RawIOBase:
         return io.FileIO(target, "w", closefd=False) if framed_fd is None else _Framed(framed_fd, target)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from remote_runner.scriptread.reports import reported_matches
 from remote_runner.spools import EVENTS
 
+from ..analysis.run_stats import world_size
 from ..scripts import FRAMEWORK_NAMES
 from ..store import RunStore
 
@@ -44,7 +45,7 @@ def settings_warnings(config: dict, reports: dict[str, Reported]) -> list[str]:
         out.append(f"asked {setting} {config.get(setting)}, the script reports {report.value} "
                    f"(\u201c{report.line}\u201d)")
     world = reports.get("world_size")
-    asked = int(config.get("nproc_per_node") or 1) * int(config.get("nnodes") or 1)
+    asked = world_size(config)
     if world is not None and reported_matches(asked, world.value, "world_size") is False:
         out.append(f"asked {asked} processes, the script reports {world.value} (\u201c{world.line}\u201d)")
     return out
