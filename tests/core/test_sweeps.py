@@ -128,6 +128,7 @@ def test_cells_cover_the_matrix_with_labels_and_seeds_per_repeat():
 # Running
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two compiled cells: inductor's C++ compile on a loaded 2-core machine can take minutes
 def test_compile_by_processes_all_done(manager):
     """Compile × processes, each cell once (4 real runs, half of them compiled; precision is the restart test's
     axis below, the three axes together are planned by test_cells_cover_the_matrix_with_labels_and_seeds_per_repeat,
