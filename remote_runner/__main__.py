@@ -50,9 +50,9 @@ def _torch_problem() -> Optional[dict]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from .probe import probe
+    from .probe import default_cache_dir, probe
 
-    _print(probe(args.run_root))
+    _print(probe(args.run_root, cache_dir=None if args.fresh else default_cache_dir()))
     return 0
 
 
@@ -269,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("probe", help="print what this host has, as JSON, with problems and hints")
     p.add_argument("--run-root", default=None, help="where runs will live (for the free-disk check)")
+    p.add_argument("--fresh", action="store_true",
+                   help="import torch again instead of reading what an earlier probe learned of it")
     p.set_defaults(func=cmd_probe)
     for name, func, text in (("launch", cmd_launch, "start the run described by RUN_DIR/config.json, detached"),
                              ("status", cmd_status, "print the run's status.json"),

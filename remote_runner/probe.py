@@ -15,11 +15,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from typing import Callable, Optional
 
 from . import capabilities
 from .config import PRECISIONS
+from .fsutil import atomic_write
 from .telemetry import Nvml
 
 SCHEMA = 1
@@ -34,10 +36,12 @@ _BUILD_ESSENTIALS = ("install a compiler: sudo apt install build-essential (Debi
                      "sudo dnf install gcc gcc-c++ (Fedora/RHEL), or point CC/CXX at one")
 
 
-def probe(run_root: Optional[str] = None) -> dict:
-    """The host report printed by ``python -m remote_runner probe``; never raises."""
+def probe(run_root: Optional[str] = None, cache_dir: Optional[str] = None) -> dict:
+    """The host report printed by ``python -m remote_runner probe``; never raises.
+
+    With ``cache_dir``, torch's facts are kept there between probes (see :func:`_torch_facts_cached`)."""
     try:
-        facts = gather_facts(run_root)
+        facts = gather_facts(run_root, cache_dir)
     except Exception as exc:  # a bug in a part not guarded on its own: still answer with JSON
         facts = {"schema": SCHEMA, "probe_errors": [{"part": "probe", "error": _describe(exc)}]}
     facts["problems"] = find_problems(facts)
@@ -62,7 +66,7 @@ class _Parts:
             return default
 
 
-def gather_facts(run_root: Optional[str] = None) -> dict:
+def gather_facts(run_root: Optional[str] = None, cache_dir: Optional[str] = None) -> dict:
     """The raw facts of this host (see the module docstring); JSON-able."""
     parts = _Parts()
     disk_path = parts.get("disk_path", lambda: _existing_dir(run_root or os.path.expanduser("~")))
@@ -78,9 +82,10 @@ def gather_facts(run_root: Optional[str] = None) -> dict:
         "disk_free_gib": parts.get("disk_free_gib", lambda: round(shutil.disk_usage(disk_path).free / _GIB, 1)),
         "python": {"version": platform.python_version(), "executable": sys.executable},
     }
-    facts["torch"], facts["torch_import_error"], torch_gpus = parts.get(
-        "torch", lambda: _torch_facts(parts), (None, "could not inspect torch (see probe_errors)", []))
     driver = parts.get("driver", driver_facts, {}) or {}
+    facts["torch"], facts["torch_import_error"], torch_gpus = parts.get(
+        "torch", lambda: _torch_facts_cached(parts, driver, cache_dir),
+        (None, "could not inspect torch (see probe_errors)", []))
     facts["driver_source"] = driver.get("source")
     facts["driver_version"] = driver.get("driver_version")
     facts["driver_cuda_version"] = driver.get("cuda_version")
@@ -115,6 +120,82 @@ def _cpu_model() -> Optional[str]:
 
 def _ram_gib() -> float:
     return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / _GIB, 1)
+
+
+#: The environment that changes what ``import torch`` finds or which GPUs it sees.
+_TORCH_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+              "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "PYTORCH_ENABLE_MPS_FALLBACK")
+#: A cached entry older than this is read again whatever its key says.
+TORCH_CACHE_MAX_AGE_S = 24 * 3600.0
+
+
+def default_cache_dir() -> str:
+    """Where the probe keeps what it learned of torch on this host: ``$XDG_CACHE_HOME/ddpgui-runner``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ddpgui-runner")
+
+
+def _torch_cache_key(driver: dict) -> Optional[str]:
+    """What torch's facts depend on, hashed: this interpreter, the torch install it imports (each file's path,
+    size and mtime), the probe's own code, the environment that steers the import, the driver and its GPUs, and
+    the boot.  None when torch cannot be found (nothing to cache)."""
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    folder = os.path.dirname(spec.origin)
+    stamps = []
+    for path in [spec.origin, os.path.join(folder, "version.py"), __file__] + sorted(
+            os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("_C")):
+        try:
+            st = os.stat(path)
+            stamps.append((path, st.st_size, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            stamps.append((path, None))
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = None
+    gpus = [(g.get("index"), g.get("name"), g.get("memory_total_gib")) for g in driver.get("gpus") or []]
+    material = repr((SCHEMA, os.path.realpath(sys.executable), sys.version, stamps, boot,
+                     [(name, os.environ.get(name)) for name in _TORCH_ENV],
+                     driver.get("driver_version"), driver.get("cuda_version"), gpus))
+    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def _torch_facts_cached(parts: _Parts, driver: dict, cache_dir: Optional[str]) -> tuple:
+    """:func:`_torch_facts`, kept in ``cache_dir`` under a key of all it depends on (:func:`_torch_cache_key`).
+
+    Importing torch is most of a probe's time (3 s of CPU on a small machine, more where CUDA starts), and a
+    probe runs before every launch; the answer changes only when one of the key's parts does.  A torch that
+    fails to import, or a part that failed, is never cached: the next probe tries again.  An unreadable or
+    unwritable cache is only slower."""
+    if not cache_dir:
+        return _torch_facts(parts)
+    import json
+
+    key = parts.get("torch_cache_key", lambda: _torch_cache_key(driver))
+    path = os.path.join(cache_dir, "torch-%s.json" % key) if key else None
+    if path:
+        try:
+            if time.time() - os.stat(path).st_mtime < TORCH_CACHE_MAX_AGE_S:
+                with open(path, encoding="utf-8") as fh:
+                    entry = json.load(fh)
+                return entry["facts"], None, entry["gpus"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    errors_before = len(parts.errors)
+    facts, error, gpus = _torch_facts(parts)
+    if path and facts is not None and error is None and len(parts.errors) == errors_before:
+        try:
+            os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+            atomic_write(path, json.dumps({"facts": facts, "gpus": gpus}).encode("utf-8"))
+        except OSError:
+            pass
+    return facts, error, gpus
 
 
 def _torch_facts(parts: _Parts) -> tuple[Optional[dict], Optional[str], list[dict]]:

@@ -239,7 +239,7 @@ def test_a_failing_part_becomes_none_and_a_problem(monkeypatch):
 
 
 def test_probe_never_raises(monkeypatch):
-    def broken(run_root=None):
+    def broken(run_root=None, cache_dir=None):
         raise RuntimeError("unexpected")
 
     monkeypatch.setattr(probe_module, "gather_facts", broken)
@@ -298,3 +298,51 @@ def test_v100_precisions_from_the_gpu_torch_reports(monkeypatch):
     assert facts["precisions"]["fp16"] is None and facts["precisions"]["fp32"] is None
     assert "8.0" in facts["precisions"]["bf16"] and "7.0" in facts["precisions"]["bf16"]
     assert facts["precisions"]["tf32"]
+
+
+# --- what the probe keeps of torch between probes ----------------------------------------------------------------
+
+def _probe_command(cache: "os.PathLike", *args: str, **env: str) -> dict:
+    """The runner's real ``probe`` command in a fresh interpreter, with its cache under ``cache``."""
+    environ = dict(os.environ, XDG_CACHE_HOME=str(cache), **env)
+    proc = subprocess.run([sys.executable, "-m", "remote_runner", "probe", *args], capture_output=True, text=True,
+                          env=environ, timeout=120, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_the_probe_command_keeps_torchs_facts_and_reads_them_again_only_while_nothing_they_depend_on_changed(
+        tmp_path):
+    """The first probe imports torch and keeps its facts (one file); the next reads them (an entry doctored to
+    say torch 9.9 is what it reports); a change in what the import would find (here CUDA_VISIBLE_DEVICES) or
+    --fresh imports torch again; a damaged entry is read as a miss and replaced."""
+    first = _probe_command(tmp_path)
+    assert first["torch"]["version"] == torch.__version__
+    (entry,) = (tmp_path / "ddpgui-runner").iterdir()
+    assert (entry.stat().st_mode & 0o777) == 0o600
+    kept = json.loads(entry.read_text())
+    assert kept["facts"] == first["torch"]
+    kept["facts"]["version"] = "9.9.0"
+    entry.write_text(json.dumps(kept))
+    assert _probe_command(tmp_path)["torch"]["version"] == "9.9.0"
+    assert _probe_command(tmp_path, "--fresh")["torch"]["version"] == torch.__version__
+    other = _probe_command(tmp_path, CUDA_VISIBLE_DEVICES="")
+    assert other["torch"]["version"] == torch.__version__
+    assert len(list((tmp_path / "ddpgui-runner").iterdir())) == 2
+    entry.write_text("{not json")
+    again = _probe_command(tmp_path)
+    assert again["torch"] == first["torch"]
+    assert json.loads(entry.read_text())["facts"] == first["torch"]
+
+
+def test_a_torch_that_fails_to_import_is_never_kept(tmp_path):
+    """A torch that raises on import is reported as broken every time and leaves nothing in the cache, so the
+    probe after the user's fix sees the fix."""
+    shadow = tmp_path / "shadow" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise OSError('libtorch_cpu.so: cannot open shared object file')\n")
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        report = _probe_command(cache, PYTHONPATH=str(shadow.parent))
+        assert report["torch"] is None
+        assert [p["code"] for p in report["problems"] if p["code"].startswith("torch")] == ["torch_broken"]
+    assert not (cache / "ddpgui-runner").exists() or not list((cache / "ddpgui-runner").iterdir())
