@@ -202,8 +202,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         # then end whatever is still there ourselves.
         proctree.signal_all([supervisor], signal.SIGTERM)
         pids = proctree.wait_gone(pids, grace + 3.0)
-    if pids:
-        proctree.terminate(proctree.run_processes(run_dir, pids), grace)
+    proctree.end_run_processes(run_dir, pids, grace, "stop")
     status = reconcile(run_dir) or {}
     if status.get("state") not in FINAL_STATES:
         status = record_end(run_dir, "stopped", message="stopped on request", hint="")

@@ -119,8 +119,13 @@ def start(run_dir: str, profile: Optional[str] = None) -> int:
                                 start_new_session=True, close_fds=True)
     finally:
         log.close()
-    with open(os.path.join(run_dir, SUPERVISOR_PID), "w") as fh:
-        fh.write(str(proc.pid))
+    try:
+        with open(os.path.join(run_dir, SUPERVISOR_PID), "w") as fh:
+            fh.write(str(proc.pid))
+    except BaseException:  # (a full disk) the launch fails: no supervisor may go on in a directory it removes
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     return proc.pid
 
 
@@ -132,6 +137,10 @@ class Supervisor:
         self.config: RunConfig = load_config(os.path.join(run_dir, CONFIG))
         self.proc: Optional[subprocess.Popen] = None
         self.stopping = threading.Event()
+        self.stopper: Optional[threading.Thread] = None  # the thread that ends the run's processes on SIGTERM
+        #: Every process the supervisor starts inherits ``DDPGUI_RUN=<marker>``: ``stop`` finds by it what left
+        #: the process tree (a daemon the script started).
+        self.marker = proctree.new_marker(self.config.run_id)
         self.script_reading = None  # a script run's metric readers (scriptread.reading.ScriptReading)
 
     def torchrun_argv(self, port: int) -> list[str]:
@@ -167,7 +176,8 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, self._on_sigterm)
         where = {} if keep_host else {"host": this_host()}
-        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), **where)
+        write_status(self.run_dir, state="starting", pid=os.getpid(), pgid=os.getpgid(0), run_marker=self.marker,
+                     **where)
         append_event(self.run_dir, "started", pid=os.getpid(), world_size=self.config.world_size,
                      nnodes=self.config.nnodes, node_rank=self.config.node_rank)
         sampler = self._start_telemetry()
@@ -178,10 +188,9 @@ class Supervisor:
                 sampler.stop()
             if self.script_reading is not None:
                 self.script_reading.close()
-            leftovers = proctree.run_processes(self.run_dir, [])
-            leftovers = [p for p in proctree.descendants([os.getpid()]) if p != os.getpid()] + leftovers
-            if leftovers:
-                proctree.terminate(leftovers, 2.0)
+            if self.stopper is not None:  # a stop in progress: its grace first, then what is left
+                self.stopper.join()
+            proctree.end_run_processes(self.run_dir, [os.getpid()], 2.0, "end of run")
         self._record_outcome(rc)
         return 0 if rc == 0 else 1
 
@@ -227,6 +236,7 @@ class Supervisor:
         env.update(cfg.env)
         if script_mode:
             env.update(cfg.script.passed_env)
+        env[proctree.RUN_MARKER] = self.marker
         cwd = cfg.script.dir if script_mode else self.run_dir
         out = open(os.path.join(self.run_dir, STDOUT), "ab")
         err = open(os.path.join(self.run_dir, STDERR), "ab")
@@ -267,19 +277,19 @@ class Supervisor:
             if failed_since is not None and time.monotonic() - failed_since > self.config.rank_failure_timeout_s:
                 append_event(self.run_dir, "warning", message="a rank failed and the others did not exit within "
                              "%.0f s; ending the run" % self.config.rank_failure_timeout_s)
-                proctree.terminate(proctree.run_processes(self.run_dir, [self.proc.pid]), 2.0)
+                proctree.end_run_processes(self.run_dir, [self.proc.pid], 2.0, "a rank failed")
                 return self.proc.wait()
 
     def _on_sigterm(self, signum, frame) -> None:
         if self.stopping.is_set():
             return
         self.stopping.set()
-        threading.Thread(target=self._stop_tree, daemon=True).start()
+        self.stopper = threading.Thread(target=self._stop_tree, daemon=True)
+        self.stopper.start()
 
     def _stop_tree(self) -> None:
         if self.proc is not None:
-            pids = proctree.run_processes(self.run_dir, [self.proc.pid])
-            proctree.terminate(pids, self.config.stop_grace_s)
+            proctree.end_run_processes(self.run_dir, [self.proc.pid], self.config.stop_grace_s, "stop")
 
     def _record_outcome(self, rc: Optional[int]) -> None:
         if self.stopping.is_set():
