@@ -57,15 +57,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    run_dir = os.path.abspath(args.run_dir)
+    if not args.new:
+        return _launch(run_dir, args)
+    from .launching import Refused, launch_new
+
+    try:
+        return launch_new(run_dir, sys.stdin.buffer.read(), args.retry, lambda: _launch(run_dir, args), _print)
+    except Refused as refused:
+        return _refuse(refused.error, refused.hint, **refused.fields)
+
+
+def _launch(run_dir: str, args: argparse.Namespace) -> int:
+    """Check RUN_DIR's config and start its run (``--no-start``: only check it)."""
     from .config import ConfigError, load_config
     from .status import CONFIG, read_status
     from .supervisor import start
 
-    run_dir = os.path.abspath(args.run_dir)
-    if args.new:
-        refused = _create_run_dir(run_dir, sys.stdin.buffer.read())
-        if refused is not None:
-            return refused
     if not os.path.isdir(run_dir):
         return _refuse("run directory %s does not exist" % run_dir, "the client creates it and writes config.json")
     os.chmod(run_dir, 0o700)
@@ -92,35 +100,6 @@ def cmd_launch(args: argparse.Namespace) -> int:
     pid = start(run_dir, args.profile)
     _print({"ok": True, "pid": pid, "run_dir": run_dir})
     return 0
-
-
-def _create_run_dir(run_dir: str, config: bytes) -> Optional[int]:
-    """``launch --new``: make RUN_DIR (0700) and its config.json from stdin, or refuse when it exists.
-
-    mkdir is atomic, on NFS too: of two clients that chose the same directory in a run
-    root they share, one creates it and the other is refused; no config is overwritten.
-    """
-    from .fsutil import atomic_write
-    from .status import CONFIG
-
-    try:
-        os.makedirs(os.path.dirname(run_dir), mode=0o700, exist_ok=True)
-        os.mkdir(run_dir, 0o700)
-    except FileExistsError:
-        if not os.path.isdir(os.path.dirname(run_dir)):
-            return _refuse("cannot create the run directory %s: %s is not a directory"
-                           % (run_dir, os.path.dirname(run_dir)), "move that file aside on the host")
-        return _refuse("run directory %s already exists: another launch chose the same run id" % run_dir,
-                       "launch again (a new run id is chosen); to start an ended run again, use rerun")
-    except OSError as exc:
-        return _refuse("cannot create the run directory %s: %s" % (run_dir, exc.strerror or exc),
-                       "check the run root on this host (free space, permissions)")
-    try:
-        atomic_write(os.path.join(run_dir, CONFIG), config, 0o600)
-    except OSError as exc:
-        return _refuse("cannot write %s: %s" % (os.path.join(run_dir, CONFIG), exc.strerror or exc),
-                       "check the run root on this host (free space, permissions)")
-    return None
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -280,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch = sub.choices["launch"]
     launch.add_argument("--new", action="store_true",
                         help="create RUN_DIR (refused when it exists) with the config.json read from stdin")
+    launch.add_argument("--retry", action="store_true",
+                        help="with --new: the client asks again after its link dropped; an existing RUN_DIR with "
+                             "this very config.json is this launch's own (started already: its pid, resumed)")
     launch.add_argument("--profile", default=None, help="the client's name for this host (kept in status.json)")
     launch.add_argument("--no-start", action="store_true",
                         help="only create RUN_DIR and its config (a Slurm job starts the run: slurm-job)")

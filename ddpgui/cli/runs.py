@@ -90,7 +90,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
         if record.active and not record.run_dirs:  # no launcher is recorded (a row of an older version)
             raise CLIError(f"run {record.id} has no run directory on a host: its launch has not finished",
                            f"if the app that launched it is gone, stop it (ddpgui stop {record.id}) or delete it")
-        if record.active:
+        if record.active or launches.unconfirmed(record):  # unconfirmed: its start's answer was lost to a drop
             manager.follow(record.id)
         return follow_live(manager, record.id)
 

@@ -11,13 +11,16 @@ deleted and rerun like any ended run.  A launch that fails is recorded by
 :func:`launch_failed` (``launch_failed``); a script run's folder is read (checked, fingerprinted) by
 :func:`read_script_folder` and put where the run finds it by :func:`place_script`: on This computer the run
 runs in the folder itself, elsewhere the folder is uploaded; :func:`prepare` is every step of a one-host launch
-before the run starts.
+before the run starts; :class:`HostLaunch` runs them and the start, again from the stage reached after a dropped
+link, and records a failure with a hint true for that stage.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,12 +31,15 @@ from remote_runner.config import RunConfig
 from remote_runner.fsutil import pid_alive
 
 from ..errors import describe
+from ..ssh.connection import HostUnreachable
 from ..store import RunRecord, RunStore
-from ..targets.base import Progress, Target, TargetError
+from ..targets.base import ConnectionLost, LaunchResult, Progress, Target, TargetError
 from ..targets.pool import TargetPool
 
 if TYPE_CHECKING:
     from ..targets.uploads import Scan
+
+log = logging.getLogger(__name__)
 
 #: What a launch is doing, in the words of the "launch did not finish" message.
 STAGE_CONNECTING = "connecting to the host and deploying the runner"
@@ -111,14 +117,17 @@ def being_launched(record: RunRecord) -> str:
     return f"pid {info.get('pid')} on {info.get('host')} ({info.get('stage') or 'launching'})"
 
 
-def launch_failed(store: RunStore, run_id: str, exc: BaseException, **columns: object) -> RunRecord:
-    """Mark the run failed (``launch_failed``) with what ``exc`` says; ``columns`` are stored with it."""
+def launch_failed(store: RunStore, run_id: str, exc: BaseException, message: str | None = None,
+                  hint: str | None = None, **columns: object) -> RunRecord:
+    """Mark the run failed (``launch_failed``) with what ``exc`` says (``message`` and ``hint``, when given,
+    instead of its own); ``columns`` are stored with it."""
     if isinstance(exc, Exception):
-        message, hint = describe(exc)
+        said, said_hint = describe(exc)
     else:  # Ctrl-C, or the process is being ended
-        message, hint = "the launch was interrupted before it finished", f"rerun it (ddpgui rerun {run_id})"
-    return store.update_run(run_id, state="failed", message=message, hint=hint, failure="launch_failed",
-                            ended_at=time.time(), **columns)
+        said, said_hint = "the launch was interrupted before it finished", f"rerun it (ddpgui rerun {run_id})"
+    return store.update_run(run_id, state="failed", message=said if message is None else message,
+                            hint=said_hint if hint is None else hint, failure="launch_failed", ended_at=time.time(),
+                            **columns)
 
 
 @dataclass(frozen=True)
@@ -189,3 +198,91 @@ def prepare(store: RunStore, pool: TargetPool, host: str, cfg: RunConfig, progre
     environment = pool.environment(host)
     store.update_run(cfg.run_id, environment=launcher(STAGE_STARTING))
     return target, environment
+
+
+#: Drops of the link one launch lives through: after each, the launch goes on from the stage it reached once the
+#: connection is back (it reconnects with its own backoff; a link still down after it ends the launch).
+LAUNCH_DROPS = 3
+UNCONFIRMED = "launch_unconfirmed"
+
+
+def unconfirmed(record: RunRecord) -> bool:
+    """A run whose start was sent to its host but whose answer never came (the link dropped and stayed down):
+    it may be going on there; following it finds out."""
+    return record.failure == UNCONFIRMED and bool(record.run_dirs)
+
+
+def _answered(exc: BaseException) -> bool:
+    """Whether ``exc`` is the runner's own answer to ``launch`` (a refusal: nothing runs), not a lost one."""
+    return isinstance(exc, TargetError) and not isinstance(exc, (ConnectionLost, subprocess.TimeoutExpired))
+
+
+@dataclass
+class HostLaunch:
+    """A one-host launch that lives through dropped links (docs/PROTOCOL.md, "A link that drops during a launch").
+
+    Each try runs :func:`prepare` and the start again on a fresh copy of the config: what a dropped try finished
+    is not done twice (the runner is deployed and the script uploaded by content hash), and the start is retried
+    with ``launch --new --retry``, which finds a run the lost answer had started and never starts a second one.
+    """
+
+    store: RunStore
+    pool: TargetPool
+    host: str
+    cfg: RunConfig
+    progress: Progress | None = None
+    drops: int = 0
+    #: the run directory whose ``launch --new`` got no answer (the run may have started there)
+    unanswered: str | None = None
+
+    def run(self) -> tuple[LaunchResult, dict]:
+        """Prepare and start the run; returns the runner's answer and the host's environment fingerprint."""
+        while True:
+            cfg = dataclasses.replace(self.cfg)  # prepare() points cfg.script at the upload: each try from the start
+            try:
+                target, environment = prepare(self.store, self.pool, self.host, cfg, self.progress)
+                return self._start(target, cfg), environment
+            except ConnectionLost as exc:
+                self.drops += 1
+                if self.drops > LAUNCH_DROPS:
+                    raise
+                stage = launcher_of(self.store.get_run(cfg.run_id)).get("stage") or "launching it"
+                log.info("run %s: %s; launching again from %s", cfg.run_id, exc, stage)
+                self.store.update_run(cfg.run_id, message=f"the link to {self.host} dropped while {stage}: "
+                                                          "going on once it is back")
+
+    def _start(self, target: Target, cfg: RunConfig) -> LaunchResult:
+        run_dir = target.run_dir(cfg.run_id)
+        try:
+            result = target.launch(cfg, retry=self.unanswered is not None)
+        except BaseException as exc:
+            if isinstance(exc, HostUnreachable):  # no connection: this try sent nothing, an earlier one may have
+                raise
+            self.unanswered = None if _answered(exc) else run_dir
+            raise
+        if result.resumed:
+            log.info("run %s: the start whose answer was lost had started it on %s (pid %d)", cfg.run_id, self.host,
+                     result.pid)
+        self.unanswered = None
+        return result
+
+    def failed(self, exc: BaseException) -> RunRecord:
+        """Record the launch as failed with a hint true for the stage it reached: nothing started on the host,
+        or (its start sent, the answer lost) a run that may go on there and that ``follow`` finds."""
+        run_id, host = self.cfg.run_id, self.host
+        message = describe(exc)[0] if isinstance(exc, Exception) else "the launch was interrupted"
+        if self.unanswered is not None:
+            return self.store.update_run(
+                run_id, state="failed", failure=UNCONFIRMED, ended_at=time.time(), run_dirs={0: self.unanswered},
+                message=f"the run's start was sent to {host} but its answer never came: {message}",
+                hint=f"the run may have started on the host and go on there: ddpgui follow {run_id} picks it up "
+                     f"once {host} is reachable again (and says so if it never started)")
+        if not isinstance(exc, (ConnectionLost, HostUnreachable)):
+            return launch_failed(self.store, run_id, exc)
+        stage = launcher_of(self.store.get_run(run_id)).get("stage") or "launching it"
+        if self.drops:
+            message = f"the link to {host} dropped while {stage} and did not come back: {message}"
+        own = getattr(exc, "hint", "") if isinstance(exc, HostUnreachable) and not self.drops else ""
+        return launch_failed(self.store, run_id, exc, message=message,
+                             hint=f"nothing was started on the host; {own + '; ' if own else ''}"
+                                  f"rerun it (ddpgui rerun {run_id}) once {host} is reachable")

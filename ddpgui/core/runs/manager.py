@@ -104,13 +104,14 @@ class RunManager:
         record = self.store.create_run(cfg.run_id, name=cfg.name, tags=cfg.tags, hosts=[host], config=cfg.to_dict(),
                                        state="launching", total_steps=cfg.steps, sweep_id=sweep_id,
                                        environment=launches.launcher(launches.STAGE_CONNECTING))
+        # A dropped link does not end the launch: it goes on from the stage it reached once the link is back.
+        attempt = launches.HostLaunch(self.store, self.targets, host, cfg, progress)
         try:
-            target, environment = launches.prepare(self.store, self.targets, host, cfg, progress)
-            result = target.launch(cfg)
+            result, environment = attempt.run()
         except BaseException as exc:
-            launches.launch_failed(self.store, cfg.run_id, exc)
+            attempt.failed(exc)
             raise
-        record = self.store.update_run(cfg.run_id, state="starting", run_dirs={0: result.run_dir},
+        record = self.store.update_run(cfg.run_id, state="starting", run_dirs={0: result.run_dir}, message="",
                                        environment=environment, started_at=time.time())
         self._emit(RunUpdate(cfg.run_id, run=record))
         if follow:
@@ -164,6 +165,8 @@ class RunManager:
     def follow(self, run_id: str) -> None:
         """Stream the run's records into the store in the background (until it has ended)."""
         record = self.store.get_run(run_id)
+        if launches.unconfirmed(record):  # its start was sent, the answer lost: the host says how it went
+            record = self.store.update_run(run_id, state="starting", ended_at=None, message="", hint="")
         for node, run_dir in record.run_dirs.items():
             host = record.hosts[int(node)]
             with self._lock:
@@ -232,7 +235,11 @@ class RunManager:
 
     def _run_ended(self, run_id: str, node: int, status: dict) -> None:
         record = self.store.get_run(run_id)
-        if status.get("failure") == "run_dir_missing":  # the runner cannot know the host's profile name
+        if status.get("failure") == "run_dir_missing" and record.failure == launches.UNCONFIRMED:
+            status = dict(status, message=f"the run never started on {record.host}: its start was cut off by the "
+                                          "dropped link before the host made its directory",
+                          hint=f"rerun it (ddpgui rerun {run_id})")
+        elif status.get("failure") == "run_dir_missing":  # the runner cannot know the host's profile name
             status = dict(status, message=f"the run's directory {record.run_dirs.get(node, '')} is gone from "
                                           f"{record.hosts[node] if node < len(record.hosts) else record.host}")
         if len(record.run_dirs) > 1 or self.is_slurm(record.host):
@@ -349,7 +356,7 @@ class RunManager:
         if launches.in_progress(record):
             raise TargetError(f"run {run_id} is being launched right now by {launches.being_launched(record)}",
                               "wait until its launch has finished (or end that process), then delete it")
-        if record.active and record.run_dirs:
+        if (record.active or launches.unconfirmed(record)) and record.run_dirs:
             self.stop(run_id)
         if remote:
             for node, run_dir in record.run_dirs.items():

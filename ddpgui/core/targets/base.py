@@ -83,6 +83,7 @@ class LaunchResult:
     run_dir: str
     pid: int
     uploaded_bytes: int
+    resumed: bool = False  # a retried launch found its run started by the call whose answer was lost
 
 
 class Target(ABC):
@@ -231,15 +232,19 @@ class Target(ABC):
             raise TargetError(f"invalid run id {run_id!r}")
         return posixpath.join(self.run_root(), "runs", run_id if node is None else f"{run_id}.node{node}")
 
-    def launch(self, config: RunConfig) -> LaunchResult:
+    def launch(self, config: RunConfig, retry: bool = False) -> LaunchResult:
         """Create the run directory (0700) with its config.json and start the run detached.
 
         The runner creates the directory itself and refuses one that exists, so two clients
-        (or two hosts sharing a run root) can never overwrite each other's run.
+        (or two hosts sharing a run root) can never overwrite each other's run.  ``retry``: the
+        link dropped before an earlier call's answer came; a directory that call made is this
+        run's own (started already: ``resumed``), see ``launch --retry`` in docs/PROTOCOL.md.
         """
         run_dir = self.run_dir(config.run_id, config.node_rank if config.nnodes > 1 else None)
-        reply = self._runner_json("launch", run_dir, "--new", "--profile", self.name, stdin=config.to_json().encode())
-        return LaunchResult(run_dir=reply["run_dir"], pid=int(reply["pid"]), uploaded_bytes=0)
+        reply = self._runner_json("launch", run_dir, "--new", *(["--retry"] if retry else []), "--profile", self.name,
+                                  stdin=config.to_json().encode())
+        return LaunchResult(run_dir=reply["run_dir"], pid=int(reply["pid"]), uploaded_bytes=0,
+                            resumed=bool(reply.get("resumed")))
 
     def list_runs(self) -> dict:
         """The run directories under the run root, each with its config, status and spool sizes
