@@ -57,6 +57,9 @@ def follow_live(manager: RunManager, run_id: str, line_interval_s: float = 0.5,
         if update.run_id != run_id:
             if update.connection == "lost":
                 print(f"\nconnection to {terminal_text(update.host)} lost; reconnecting", file=sys.stderr)
+            elif update.store is not None:  # said once by the follower, and once more when it works again
+                print("\n" + (f"ddpgui: {terminal_text(update.store)}" if update.store else
+                              "the run store works again; following goes on"), file=sys.stderr)
             return
         with lock:
             now = time.time()

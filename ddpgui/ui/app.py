@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from ddpgui.core.errors import describe
 from ddpgui.core.hosts import HostError, HostStore
 from ddpgui.core.logs import quiet_library_logs
-from ddpgui.core.store import RunStore, StoreError
+from ddpgui.core.store import RunStore, StoreError, StoreFileError
 
 from . import platform_check
 
@@ -61,17 +61,40 @@ def create_app(argv: list[str] | None = None) -> QApplication:
     return app
 
 
-def startup_error_box(exc: Exception) -> QMessageBox:
-    """The dialog for a hosts file or run store that cannot be opened: which file, what is wrong, what to do."""
+def startup_error_box(exc: Exception, title: str = "ddpgui cannot start",
+                      name: str = "startup_error") -> QMessageBox:
+    """The dialog for a hosts file or run store that cannot be opened (or used, later: see
+    :func:`show_store_errors`): which file, what is wrong, what to do."""
     message, hint = describe(exc)
-    box = QMessageBox(QMessageBox.Icon.Critical, "ddpgui cannot start", message[:1].upper() + message[1:],
+    box = QMessageBox(QMessageBox.Icon.Critical, title, message[:1].upper() + message[1:],
                       QMessageBox.StandardButton.Close)
-    box.setObjectName("startup_error")
+    box.setObjectName(name)
     box.setInformativeText((hint[:1].upper() + hint[1:] + ". " if hint else "")
                            + "ddpgui has not changed the file; keep it (or a backup of it) if you want its "
                              "contents back.")
     box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return box
+
+
+def show_store_errors(show_error: Callable[[QMessageBox], object]) -> Callable:
+    """A run store that fails after opening (a damaged page met by a view, a disk gone read-only) gets the
+    start-up dialog, once per kind of failure, instead of a traceback: Qt hands an exception raised in a slot to
+    ``sys.excepthook``, and so does a worker for one it raised (``workers``); every other exception still goes to
+    the hook that was there (returned, to put back)."""
+    previous, said = sys.excepthook, set()
+
+    def hook(kind, exc, tb) -> None:
+        if not isinstance(exc, StoreFileError):
+            previous(kind, exc, tb)
+            return
+        message, hint = describe(exc)
+        print(f"ddpgui: {message}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
+        if kind not in said:
+            said.add(kind)
+            show_error(startup_error_box(exc, "ddpgui cannot use its run store", "store_error"))
+
+    sys.excepthook = hook
+    return previous
 
 
 def open_stores() -> tuple[RunStore, HostStore]:
@@ -98,14 +121,15 @@ def main(argv: list[str] | None = None,
     app = create_app(argv)
     try:
         store, hosts = open_stores()
+        from .main_window import MainWindow
+
+        window = MainWindow(store=store, hosts=hosts)  # reads the runs: a damaged store may show only now
     except (StoreError, HostError, OSError) as exc:  # OSError: a config or data folder that cannot be made
         message, hint = describe(exc)
         print(f"ddpgui: {message}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
         show_error(startup_error_box(exc))
         return 1
-    from .main_window import MainWindow
-
-    window = MainWindow(store=store, hosts=hosts)
+    previous_hook = show_store_errors(show_error)
     app.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_theme(app))
     window.show()
     if os.environ.get(EXIT_AFTER_SHOW_ENV):
@@ -114,7 +138,10 @@ def main(argv: list[str] | None = None,
     else:
         window.probe_at_start()  # This computer's choices (GPUs, precisions) are known from the start
         window.start_gpu_watch()  # the hosts' "3 of 8 GPUs free" while the window is looked at
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        sys.excepthook = previous_hook
 
 
 if __name__ == "__main__":

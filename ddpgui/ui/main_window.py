@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QInputDialog,
+    QLabel,
     QMainWindow,
     QMessageBox,
     QScrollArea,
@@ -103,6 +104,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.gpus_tab, "GPUs")
         self.sweeps = SweepsBar(self.manager, self.workers.start)
         self.statusBar().addPermanentWidget(self.sweeps)
+        self.store_banner = QLabel(objectName="store_banner", wordWrap=True, visible=False)
+        self.statusBar().addWidget(self.store_banner, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="main_splitter")
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.tabs)
@@ -386,6 +389,10 @@ class MainWindow(QMainWindow):
     def _on_update(self, update: RunUpdate) -> None:
         if update.connection == "lost" and update.host:
             self.hosts_panel.set_status(update.host, "error", "connection lost; reconnecting…")
+            return
+        if update.store is not None:  # the run store cannot be written (said once), or works again ("")
+            self.store_banner.setText(f"Runs are not being stored: {update.store}" if update.store else "")
+            self.store_banner.setVisible(bool(update.store))
             return
         if update.run is not None:
             self.runs_table.model.update_run(update.run)

@@ -9,10 +9,13 @@ thread.  ``abort()`` is cooperative: it takes effect at the next ``yield``.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 from collections.abc import Callable
 
 from PySide6.QtCore import QRunnable, QThreadPool, Signal
+
+from ddpgui.core.store import StoreFileError
 
 from .bridge import GuiRelay
 
@@ -41,6 +44,8 @@ class _Relay(GuiRelay):
             signal.emit()
         else:
             signal.emit(value)
+        if kind == "errored" and isinstance(value, StoreFileError):  # the app's dialog, as for one raised in a slot
+            sys.excepthook(type(value), value, value.__traceback__)
 
 
 class GeneratorWorker(QRunnable):

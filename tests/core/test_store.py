@@ -429,7 +429,7 @@ def test_a_garbage_file_gives_an_error_that_says_what_to_do(tmp_path):
     path.write_bytes(b"this is not a database at all, " * 200)
     with pytest.raises(StoreCorruptError) as err:
         RunStore(path)
-    assert str(path) in str(err.value) and "Move it aside" in str(err.value)
+    assert str(path) in str(err.value) and "move it aside" in str(err.value).lower()
     assert "ddpgui adopt HOST" in str(err.value)  # the command that takes the hosts' runs back
     other = tmp_path / "other.sqlite3"
     conn = sqlite3.connect(other)

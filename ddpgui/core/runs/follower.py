@@ -6,6 +6,12 @@ streams (channels multiplexed on one SSH connection, or local pipes) with one
 which stores them with their offsets in one transaction.  A dropped link is
 reconnected with a backoff that grows to a cap; a follow the runner itself ends
 with an error is retried a few times and then ends its run with that error.
+
+The store failing is no link failure.  A store that cannot be written at all (its disk full, the file
+damaged or read-only) is said once (a :class:`RunUpdate` with ``store`` set, and ``store=""`` once it works
+again) while every run waits, with a backoff, at the offsets the store holds: nothing is lost, and following
+goes on by itself.  A failure storing one run's data (not the store's) is that run's: tried once more, then
+the run ends with the reason, and the host's other runs go on.
 """
 from __future__ import annotations
 
@@ -16,7 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store import RunRecord, RunStore, StoreGapError
+from ..store import (
+    RunNotFound,
+    RunRecord,
+    RunStore,
+    StoreCorruptError,
+    StoreError,
+    StoreFullError,
+    StoreGapError,
+    StoreReadOnlyError,
+)
 from ..targets.base import ConnectionLost, Stream, TargetError
 from ..targets.pool import TargetPool
 from .protocol import Chunk, End, FollowDecoder, Heartbeat, ProtocolError, RunnerFailed
@@ -31,6 +46,10 @@ SILENCE_S = 5.0
 BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 #: A run whose follow fails this many times in a row with the runner's own error (not the link's) ends with it.
 FOLLOW_FAILURE_LIMIT = 3
+#: A run whose data fails to be stored this many times in a row with the same error ends with it.
+STORE_FAILURE_LIMIT = 2
+#: Failures of the store as a whole: every run waits (at its stored offsets) until the store works again.
+STORE_UNUSABLE = (StoreFullError, StoreCorruptError, StoreReadOnlyError)
 
 
 @dataclass
@@ -44,6 +63,7 @@ class RunUpdate:
     run: RunRecord | None = None
     host: str | None = None
     connection: str | None = None  # "lost" when the host's link dropped (it is retried)
+    store: str | None = None  # why the run store cannot be written (said once); "" once it can again
 
 
 Listener = Callable[[RunUpdate], None]
@@ -81,6 +101,10 @@ class HostFollower(threading.Thread):
         self._follows: dict[tuple[str, int], _Follow] = {}
         self._halt = threading.Event()
         self._runner_errors: dict[tuple[str, int], tuple[str, int]] = {}  # (run, node) → (last error, times)
+        self._store_errors: dict[tuple[str, int], tuple[str, int]] = {}  # (run, node) → (last error, times)
+        self._store_problem = ""  # why the store cannot be written, while it cannot (said once)
+        self._store_kind: type | None = None
+        self._store_failures = 0  # in a row, for the backoff
         self._dropped: set[tuple[str, int]] = set()  # (run, node) to stop following (closed on this thread)
 
     def add(self, run_id: str, node: int, run_dir: str, not_before: float = 0.0) -> None:
@@ -108,6 +132,9 @@ class HostFollower(threading.Thread):
                     continue
                 if self._read_once():
                     failures = 0
+            except STORE_UNUSABLE as exc:  # reading the offsets (or a run) failed: wait, the links are fine
+                self._store_unusable(exc)
+                self._halt.wait(self._store_backoff())
             except (TargetError, OSError, ProtocolError) as exc:  # ConnectionLost is a TargetError
                 failures += 1
                 log.warning("following runs on %s: %s (retry %d)", self.host, exc, failures)
@@ -194,6 +221,28 @@ class HostFollower(threading.Thread):
                  not_before=time.monotonic() + BACKOFF_S[min(times, len(BACKOFF_S)) - 1])
 
     def _handle(self, follow: _Follow, messages: list) -> None:
+        """Store one read's messages; a failure of the store is kept to this run (see the module's docstring)."""
+        key = (follow.run_id, follow.node)
+        try:
+            self._deliver(follow, messages)
+        except STORE_UNUSABLE as exc:
+            self._store_unusable(exc)
+            self._restart(follow, not_before=time.monotonic() + self._store_backoff())
+        except RunNotFound:  # deleted from the store meanwhile (by another ddpgui): nothing to store it in
+            log.warning("run %s is no longer in the run store; not following it any more", follow.run_id)
+            self._close(follow)
+        except (TargetError, OSError, ProtocolError):
+            raise
+        except Exception as exc:  # a failure of this run's data only: the host's other runs go on
+            self._store_failed(follow, exc)
+        else:
+            self._store_errors.pop(key, None)
+            if self._store_problem and any(isinstance(m, Chunk) for m in messages):
+                self._store_problem, self._store_failures = "", 0
+                log.warning("the run store works again; following goes on")
+                self.sink.emit(RunUpdate(run_id="", host=self.host, store=""))
+
+    def _deliver(self, follow: _Follow, messages: list) -> None:
         chunks = [m for m in messages if isinstance(m, Chunk)]
         if chunks:
             try:
@@ -214,9 +263,41 @@ class HostFollower(threading.Thread):
         if end.ended:
             self.sink.ended(follow.run_id, follow.node, end.status)
 
-    def _restart(self, follow: _Follow) -> None:
+    def _restart(self, follow: _Follow, not_before: float = 0.0) -> None:
         self._close(follow)
-        self.add(follow.run_id, follow.node, follow.run_dir)
+        self.add(follow.run_id, follow.node, follow.run_dir, not_before=not_before)
+
+    def _store_backoff(self) -> float:
+        self._store_failures += 1
+        return BACKOFF_S[min(self._store_failures, len(BACKOFF_S)) - 1]
+
+    def _store_unusable(self, exc: Exception) -> None:
+        """The store cannot be written at all: say so once (until it works again, or fails another way)."""
+        log.warning("following runs on %s: %s (retry %d)", self.host, exc, self._store_failures + 1)
+        said, self._store_problem = self._store_problem, str(exc)
+        if not said or type(exc) is not self._store_kind:  # its free bytes may change: the kind is what is said
+            self.sink.emit(RunUpdate(run_id="", host=self.host, store=str(exc)))
+        self._store_kind = type(exc)
+
+    def _store_failed(self, follow: _Follow, exc: Exception) -> None:
+        """Storing what one run wrote failed: follow it again from its stored offsets; the same failure
+        STORE_FAILURE_LIMIT times in a row ends the run with it (instead of trying forever)."""
+        key = (follow.run_id, follow.node)
+        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, StoreError) else str(exc)
+        last, times = self._store_errors.get(key, ("", 0))
+        times = times + 1 if text == last else 1
+        self._store_errors[key] = (text, times)
+        log.warning("storing run %s from %s failed: %s (%d time(s))", follow.run_id, self.host, text, times)
+        if times < STORE_FAILURE_LIMIT:
+            self._restart(follow, not_before=time.monotonic() + BACKOFF_S[0])
+            return
+        self._close(follow)
+        self._store_errors.pop(key, None)
+        self.sink.ended(follow.run_id, follow.node, {
+            "state": "failed", "failure": "store_failed", "ended_at": time.time(),
+            "message": f"ddpgui could not store what the run wrote ({times} times in a row): {text}",
+            "hint": "what the run wrote is still in its run directory on the host; ddpgui stop ends the run if it "
+                    "still runs; please report this message as a ddpgui bug"})
 
     def _close(self, follow: _Follow) -> None:
         self._follows.pop((follow.run_id, follow.node), None)

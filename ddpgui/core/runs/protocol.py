@@ -122,7 +122,7 @@ def parse_records(data: bytes) -> tuple[list[dict], list[bytes]]:
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested thousands of levels deep
             bad.append(line)
             continue
         if isinstance(obj, dict):

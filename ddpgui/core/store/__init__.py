@@ -8,7 +8,10 @@ from .records import (
     RunRecord,
     StoreCorruptError,
     StoreError,
+    StoreFileError,
+    StoreFullError,
     StoreGapError,
+    StoreReadOnlyError,
     StoreResult,
     StoreVersionError,
     SweepCell,
@@ -19,6 +22,7 @@ from .run_store import STORE_FILE, RunStore
 
 __all__ = [
     "CELL_FINAL_STATES", "STORE_FILE", "SWEEP_FINAL_STATES", "RunNotFound", "RunRecord", "RunStore",
-    "StoreCorruptError", "StoreError", "StoreGapError", "StoreResult", "StoreVersionError", "SweepCell",
+    "StoreCorruptError", "StoreError", "StoreFileError", "StoreFullError", "StoreGapError", "StoreReadOnlyError",
+    "StoreResult", "StoreVersionError", "SweepCell",
     "SweepNotFound", "SweepRecord",
 ]

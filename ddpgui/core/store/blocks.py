@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .failures import DamagedBlock
 from .records import StoreError
 
 
@@ -182,18 +183,26 @@ def pack_block(n: int, columns: dict[str, Column]) -> bytes:
 
 
 def decode_block(payload: bytes) -> tuple[int, dict[str, Column]]:
-    """Rows and columns of a block payload; the arrays are read-only views of ``payload``."""
-    magic, version, header_len = _PREAMBLE.unpack_from(payload)
+    """Rows and columns of a block payload; the arrays are read-only views of ``payload``.
+
+    A payload whose bytes were changed (a damaged disk) raises :class:`DamagedBlock`."""
+    try:
+        magic, version, header_len = _PREAMBLE.unpack_from(payload)
+    except struct.error as exc:
+        raise DamagedBlock(f"a block of {len(payload)} bytes") from exc
     if magic != _MAGIC or version != _FORMAT:
         raise StoreError(f"a block in the run store has an unknown format ({magic!r} v{version})")
     base = _PREAMBLE.size + header_len
-    header = json.loads(payload[_PREAMBLE.size:base])
-    n = header["n"]
-    columns = {}
-    for key, enc, dtype, offset, tag, tag_offset, items in header["c"]:
-        data = np.frombuffer(payload, np.dtype(dtype), n, base + offset)
-        tags = tag if tag >= 0 else np.frombuffer(payload, _U1, n, base + tag_offset)
-        columns[key] = Column(enc, data, tags, items)
+    try:
+        header = json.loads(payload[_PREAMBLE.size:base])
+        n = header["n"]
+        columns = {}
+        for key, enc, dtype, offset, tag, tag_offset, items in header["c"]:
+            data = np.frombuffer(payload, np.dtype(dtype), n, base + offset)
+            tags = tag if tag >= 0 else np.frombuffer(payload, _U1, n, base + tag_offset)
+            columns[key] = Column(enc, data, tags, items)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # json's and numpy's errors are ValueErrors
+        raise DamagedBlock(f"a damaged block: {exc}") from exc
     return n, columns
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import time
 from collections.abc import Iterable
 
@@ -27,6 +28,9 @@ SMALL_BLOCK = 4096
 COMPACT_AFTER = 64
 #: A log tail is stored in pieces of up to this many bytes.
 LOG_PIECE = 64 << 10
+#: What an SQLite INTEGER holds, and the largest float (an integer ``t`` beyond it has no REAL).
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+FLOAT_MAX = sys.float_info.max
 
 
 def store_chunks(conn: sqlite3.Connection, run_id: str, node: int, chunks: Iterable[Chunk],
@@ -80,7 +84,7 @@ def store_chunks(conn: sqlite3.Connection, run_id: str, node: int, chunks: Itera
         kept, last = [], cursor[1]
         for record in records:
             seq = record.get("seq")
-            if type(seq) is not int:
+            if not holdable(record):
                 bad.append(b"")
             elif seq <= last:
                 result.duplicates += 1
@@ -192,16 +196,39 @@ def compact_spool(conn: sqlite3.Connection, run_id: str, node: int, spool: str, 
     return removed
 
 
+def holdable(record: dict) -> bool:
+    """Whether ``record`` is one the store can keep: an integer ``seq``, and the values it keeps in SQL columns
+    (``seq``, a metric's integer ``step``, an event's ``t`` and name) within what SQLite holds.  One that is not
+    (a script that printed ``step 99999999999999999999999``) is skipped and counted like a corrupt line: storing
+    it would fail the whole chunk, every time, and with it the following of every run of the host."""
+    seq, step, t, event = record.get("seq"), record.get("step"), record.get("t"), record.get("event")
+    if type(seq) is not int or not INT64_MIN <= seq <= INT64_MAX:
+        return False
+    if type(step) is int and not INT64_MIN <= step <= INT64_MAX:
+        return False
+    if type(t) is int and not -FLOAT_MAX <= t <= FLOAT_MAX:
+        return False
+    return not isinstance(event, str) or event.isascii() or _utf8(event)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): SQLite cannot hold it as text
+        return False
+    return True
+
+
 def _first_bad_line(data: bytes) -> int:
-    """Byte position in ``data`` of the first line that is not a record (a JSON object with an integer seq)."""
+    """Byte position in ``data`` of the first line that is not a record the store can keep (see :func:`holdable`)."""
     position = 0
     for line in data.split(b"\n"):
         if line.strip():
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return position
-            if not isinstance(obj, dict) or type(obj.get("seq")) is not int:
+            if not isinstance(obj, dict) or not holdable(obj):
                 return position
         position += len(line) + 1
     return 0

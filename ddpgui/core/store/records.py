@@ -13,11 +13,28 @@ CLIENT_SEQ = -1
 
 
 class StoreError(Exception):
-    """The run store cannot do what was asked; the message says why and what to do."""
+    """The run store cannot do what was asked; the message says why, ``hint`` (when there is one) what to do."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(f"{message} — {hint}" if hint else message)  # describe() shows the two apart
+        self.hint = hint
 
 
-class StoreCorruptError(StoreError):
+class StoreFileError(StoreError):
+    """The store file itself fails (damaged, its disk full or read-only...): no operation on it can be trusted to
+    work until the user acts, whatever was asked (unlike a run that is not found)."""
+
+
+class StoreCorruptError(StoreFileError):
     """The store file is not a readable ddpgui run store."""
+
+
+class StoreFullError(StoreFileError):
+    """The disk of the store file is full: nothing of the write was stored; it can be tried again once there is space."""
+
+
+class StoreReadOnlyError(StoreFileError):
+    """The store file or its folder cannot be written (a read-only folder or file system)."""
 
 
 class StoreVersionError(StoreError):

@@ -9,11 +9,12 @@ instead of spinning in SQLite's busy handler.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..paths import data_dir
 from ..runs.protocol import Chunk
 from . import ingest, schema
 from .blocks import decode_block, records_of, series_of
+from .failures import translated
 from .loss import loss_choice
 from .records import (
     CELL_COLUMNS,
@@ -37,7 +39,6 @@ from .records import (
     SWEEP_COLUMNS,
     RunNotFound,
     RunRecord,
-    StoreCorruptError,
     StoreError,
     StoreResult,
     SweepCell,
@@ -55,6 +56,15 @@ from .records import (
 STORE_FILE = "runs.sqlite3"
 #: Bytes of stdout/stderr kept per run, node and spool (the newest ones).
 LOG_TAIL_BYTES = 1 << 20
+
+
+def _operation(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A public store method: a failure of the file leaves it as one StoreError saying what to do (.failures)."""
+    @functools.wraps(method)
+    def operation(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        with translated(self.path):
+            return method(self, *args, **kwargs)
+    return operation
 
 
 class RunStore:
@@ -75,23 +85,14 @@ class RunStore:
         self._write_lock = threading.Lock()
         self._closed = False
         try:
-            self._migrate()
-        except sqlite3.DatabaseError as exc:
-            self.close()
-            if "not a database" in str(exc) or "malformed" in str(exc):
-                raise self._corrupt(exc) from exc
-            raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+            with translated(self.path):
+                schema.create(self.path)
+                self._migrate()
         except BaseException:
             self.close()
             raise
 
     # -- connections ------------------------------------------------------------------------------
-
-    def _corrupt(self, exc: Exception) -> StoreCorruptError:
-        return StoreCorruptError(
-            f"the run store {self.path} cannot be read ({exc}). Move it aside (for example rename it to "
-            f"{self.path.name}.broken) and start ddpgui again: a new, empty store is created; the runs on "
-            f"your hosts are still there: take them back, every point, with `ddpgui adopt HOST`.")
 
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
@@ -121,27 +122,46 @@ class RunStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front (BEGIN IMMEDIATE) so it cannot fail half-way on a lock."""
+        """One write transaction, taken up front (BEGIN IMMEDIATE) so it cannot fail half-way on a lock.
+
+        A failed statement or COMMIT (a full disk) rolls back all of it; SQLite may have rolled back by itself
+        already (then a ROLLBACK would fail with "no transaction is active" and hide the real error).
+        """
         with self._write_lock:
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                self._roll_back(conn)
                 raise
-            conn.execute("COMMIT")
+
+    def _roll_back(self, conn: sqlite3.Connection) -> None:
+        """End a failed transaction; a connection that cannot even roll back is closed (the next use opens a
+        new one) rather than left inside a transaction every later BEGIN would fail on."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._local.conn = None
+            with self._connections_lock:
+                self._connections.remove(conn)
+            conn.close()
 
     def _migrate(self) -> None:
         with self._write() as conn:
             schema.migrate(conn, self.path)
 
     @property
+    @_operation
     def schema_version(self) -> int:
         return self._conn().execute("SELECT version FROM schema_version").fetchone()[0]
 
     # -- runs -------------------------------------------------------------------------------------
 
+    @_operation
     def create_run(self, run_id: str, *, name: str = "", tags: Iterable[str] = (), hosts: Iterable[str] = (),
                    config: Any = None, environment: dict | None = None, run_dirs: dict[int, str] | None = None,
                    state: str = "created", total_steps: int | None = None, sweep_id: str | None = None,
@@ -167,12 +187,14 @@ class RunStore:
                 raise StoreError(f"a run {run_id!r} is already in the run store") from exc
         return record
 
+    @_operation
     def get_run(self, run_id: str) -> RunRecord:
         row = self._conn().execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
         return run_of(row)
 
+    @_operation
     def list_runs(self, state: str | Iterable[str] | None = None, host: str | None = None, tag: str | None = None,
                   text: str | None = None) -> list[RunRecord]:
         """Runs, newest first.  ``host`` matches any node's profile; ``text`` is a case-insensitive
@@ -197,6 +219,7 @@ class RunStore:
             sql += " WHERE " + " AND ".join(where)
         return [run_of(row) for row in self._conn().execute(sql + " ORDER BY created_at DESC, id DESC", args)]
 
+    @_operation
     def active_runs(self) -> list[RunRecord]:
         """Runs whose state is not final (to reattach after a restart)."""
         marks = ", ".join("?" * len(FINAL_STATES))
@@ -204,6 +227,7 @@ class RunStore:
                                     "ORDER BY created_at DESC, id DESC", FINAL_STATES)
         return [run_of(row) for row in rows]
 
+    @_operation
     def update_run(self, run_id: str, **changes: Any) -> RunRecord:
         """Set columns of a run.  A final ``state`` also compacts the run's blocks."""
         unknown = set(changes) - RUN_UPDATABLE
@@ -221,6 +245,7 @@ class RunStore:
                 ingest.compact_run(conn, run_id, force=True)
         return self.get_run(run_id)
 
+    @_operation
     def delete_run(self, run_id: str) -> bool:
         """Remove the run and all it stored; False when there was no such run."""
         with self._write() as conn:
@@ -233,6 +258,7 @@ class RunStore:
 
     # -- sweeps -----------------------------------------------------------------------------------
 
+    @_operation
     def create_sweep(self, sweep: SweepRecord, cells: Iterable[SweepCell]) -> SweepRecord:
         """Add a sweep and all its cells in one transaction."""
         now = time.time()
@@ -250,6 +276,7 @@ class RunStore:
                              f"({', '.join('?' * len(CELL_COLUMNS))})", rows)
         return sweep
 
+    @_operation
     def get_sweep(self, sweep_id: str) -> SweepRecord:
         row = self._conn().execute(f"SELECT {quoted(SWEEP_COLUMNS)} FROM sweeps WHERE id = ?",
                                    (sweep_id,)).fetchone()
@@ -257,11 +284,13 @@ class RunStore:
             raise SweepNotFound(sweep_id)
         return decoded(SweepRecord, SWEEP_COLUMNS, row)
 
+    @_operation
     def list_sweeps(self) -> list[SweepRecord]:
         """Sweeps, newest first."""
         rows = self._conn().execute(f"SELECT {quoted(SWEEP_COLUMNS)} FROM sweeps ORDER BY created_at DESC, id DESC")
         return [decoded(SweepRecord, SWEEP_COLUMNS, row) for row in rows]
 
+    @_operation
     def update_sweep(self, sweep_id: str, *, expect: str | Iterable[str] | None = None,
                      **changes: Any) -> SweepRecord | None:
         """Set columns of a sweep; with ``expect``, only while its state is one of those (else None)."""
@@ -272,12 +301,14 @@ class RunStore:
                 return None
         return self.get_sweep(sweep_id)
 
+    @_operation
     def sweep_cells(self, sweep_id: str) -> list[SweepCell]:
         """The sweep's cells in index order."""
         rows = self._conn().execute(f"SELECT {quoted(CELL_COLUMNS)} FROM sweep_cells WHERE sweep_id = ? "
                                     f'ORDER BY "index"', (sweep_id,))
         return [decoded(SweepCell, CELL_COLUMNS, row) for row in rows]
 
+    @_operation
     def update_cells(self, sweep_id: str, index: int | None = None, *, expect: str | Iterable[str] | None = None,
                      **changes: Any) -> int:
         """Set columns of cell ``index`` (of every cell when None) whose state is in ``expect`` (any when None).
@@ -288,6 +319,7 @@ class RunStore:
         with self._write() as conn:
             return self._set(conn, "sweep_cells", CELL_COLUMNS, where, expect, changes)
 
+    @_operation
     def sweep_runs(self, sweep_id: str) -> list[RunRecord]:
         """Every run a sweep created (a relaunched cell's earlier run too), oldest first."""
         rows = self._conn().execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE sweep_id = ? "
@@ -312,10 +344,12 @@ class RunStore:
 
     # -- storing the follow stream ---------------------------------------------------------------
 
+    @_operation
     def store_chunk(self, run_id: str, node: int, chunk: Chunk) -> StoreResult:
         """Store one chunk and its end offset in one transaction (see :meth:`store_chunks`)."""
         return self.store_chunks(run_id, node, [chunk])
 
+    @_operation
     def store_chunks(self, run_id: str, node: int, chunks: Iterable[Chunk]) -> StoreResult:
         """Store chunks (in stream order) and each spool's new offset in ONE transaction.
 
@@ -336,11 +370,13 @@ class RunStore:
 
     # -- compaction -------------------------------------------------------------------------------
 
+    @_operation
     def compact(self, run_id: str) -> int:
         """Merge each spool's runs of small blocks into one block; returns how many blocks went away."""
         with self._write() as conn:
             return ingest.compact_run(conn, run_id, force=True)
 
+    @_operation
     def block_counts(self, run_id: str, spool: str = METRICS, node: int = 0) -> list[int]:
         """Rows per stored block, in seq order (to see compaction at work)."""
         return [n for (n,) in self._conn().execute(
@@ -349,6 +385,7 @@ class RunStore:
 
     # -- reading ----------------------------------------------------------------------------------
 
+    @_operation
     def offsets(self, run_id: str, node: int = 0) -> dict[str, int]:
         """Spool → byte offset stored so far: what ``follow --from`` resumes at."""
         return dict(self._conn().execute("SELECT spool, offset FROM offsets WHERE run_id = ? AND node = ?",
@@ -362,10 +399,11 @@ class RunStore:
         try:
             yield conn
         finally:
-            conn.execute("COMMIT")
+            self._roll_back(conn)  # it wrote nothing: ending it either way is the same
 
     _BLOCKS_WHERE = "FROM blocks WHERE run_id = ? AND spool = ? AND node = ? AND last_seq > ?"
 
+    @_operation
     def series(self, run_id: str, spool: str = METRICS, node: int = 0, keys: Iterable[str] | None = None,
                after_seq: int = -1, as_stored: bool = False) -> dict[str, np.ndarray]:
         """Key → array over the spool's records in seq order (row i of every array is one record).
@@ -394,6 +432,7 @@ class RunStore:
         rows = len(next(iter(out.values()))) if out else 0
         return out if wanted is None else {k: out[k] if k in out else np.full(rows, np.nan) for k in wanted}
 
+    @_operation
     def records(self, run_id: str, spool: str = METRICS, node: int = 0, after_seq: int = -1,
                 as_stored: bool = False) -> list[dict]:
         """The spool's stored records as the host wrote them (ints stay ints, absent keys stay absent); metrics
@@ -411,6 +450,7 @@ class RunStore:
             out = [r for r in out if r["seq"] > after_seq]
         return out if choice is None else [choice.record(r) for r in out]
 
+    @_operation
     def add_client_event(self, run_id: str, node: int, record: dict) -> dict:
         """Record an event ddpgui itself observed (``"source": "client"``, seq CLIENT_SEQ)."""
         record = dict(record, source="client", node=node)
@@ -421,6 +461,7 @@ class RunStore:
                           json.dumps(record)))
         return record
 
+    @_operation
     def events(self, run_id: str, node: int | None = None) -> list[dict]:
         """The run's events in arrival order, the client's own (``"source": "client"``) among them."""
         sql, args = "SELECT record FROM events WHERE run_id = ?", [run_id]
@@ -428,6 +469,7 @@ class RunStore:
             sql, args = sql + " AND node = ?", args + [node]
         return [json.loads(r) for (r,) in self._conn().execute(sql + " ORDER BY id", args)]
 
+    @_operation
     def log_tail(self, run_id: str, spool: str = STDERR, node: int = 0) -> bytes:
         """The newest bytes (at most ``log_tail_bytes``) of a run's stdout.log or stderr.log."""
         rows = self._conn().execute("SELECT data FROM logs WHERE run_id = ? AND node = ? AND spool = ? ORDER BY id",

@@ -1,10 +1,13 @@
 """The run store's SQLite file: opening a connection, the schema and its migrations."""
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from .failures import empty_error
 from .records import StoreCorruptError, StoreVersionError
 
 #: Pages of 16 KiB: big blocks span fewer overflow pages (faster loads) while a
@@ -32,6 +35,40 @@ def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
     return conn
 
 
+def create(path: Path) -> None:
+    """Make the store file at ``path`` when there is none, whole: it is built beside it and linked into place, so
+    no process ever finds a store half made (another process that made one first keeps its own).
+
+    A file of 0 bytes is therefore a store that lost its contents: :class:`StoreCorruptError` saying how to take
+    the runs back, rather than an empty store made over it in silence.
+    """
+    try:
+        if path.stat().st_size == 0:
+            raise empty_error(path)
+        return
+    except FileNotFoundError:
+        pass
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    try:
+        conn = connect(aside, 30.0)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            migrate(conn, path)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # another process made it first
+        except OSError:  # a file system without hard links
+            if not path.exists():
+                os.rename(aside, path)
+    finally:
+        for leftover in (aside, aside.with_name(aside.name + "-wal"), aside.with_name(aside.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+
+
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Bring the store at ``path`` (``conn``, inside a write transaction) to the newest schema version."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -52,7 +89,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
             f"another folder to use a separate store.")
     for migration in MIGRATIONS[version:]:
         migration(conn)
-    conn.execute("UPDATE schema_version SET version = ?", (len(MIGRATIONS),))
+    if version != len(MIGRATIONS):  # opening an up-to-date store writes nothing (a full disk can still be read)
+        conn.execute("UPDATE schema_version SET version = ?", (len(MIGRATIONS),))
 
 
 def _v1(conn: sqlite3.Connection) -> None:
