@@ -1,4 +1,5 @@
-"""A run store damaged after it opened (issue 23, item 6): the app shows its dialog, never a traceback.
+"""A run store damaged after it opened (issue 23, item 6): the app shows its dialog, never a traceback; one that
+cannot be written while runs are followed (item 5) is a banner in the status bar until it works again.
 
 A real store file with a b-tree page overwritten: the runs' page (met while the window is made) and the points'
 page (met by the dashboard's worker when a run is selected), through the real main window.
@@ -65,3 +66,15 @@ def test_a_run_whose_points_cannot_be_read_is_a_dialog_once(dirs, qtbot):
     assert shown == [("store_error", "ddpgui cannot use its run store",
                       f"The run store {path} cannot be read (database disk image is malformed)")]
     window.close()
+
+
+def test_a_store_that_cannot_be_written_is_a_banner_until_it_works_again(window, qtbot):
+    """The follower's notice (RunUpdate.store, said once) through the manager's listeners to the window."""
+    from ddpgui.core.runs.follower import RunUpdate
+
+    full = "the disk of the run store is full (/data/runs.sqlite3, 0 bytes free) — free some space on that disk"
+    window.manager._emit(RunUpdate(run_id="", host="local", store=full))
+    qtbot.waitUntil(lambda: window.store_banner.isVisible(), timeout=10000)
+    assert window.store_banner.text() == f"Runs are not being stored: {full}"
+    window.manager._emit(RunUpdate(run_id="", host="local", store=""))
+    qtbot.waitUntil(lambda: not window.store_banner.isVisible(), timeout=10000)

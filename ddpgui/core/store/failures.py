@@ -58,7 +58,7 @@ def read_only_reason(path: Path) -> str | None:
     """Why the store cannot be written here ("a read-only file system", ...), or None when it can."""
     folder = path.parent
     try:
-        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        if hasattr(os, "statvfs") and os.statvfs(folder).f_flag & os.ST_RDONLY:  # no statvfs on Windows
             return f"its folder {folder} is on a read-only file system"
     except OSError:
         return None

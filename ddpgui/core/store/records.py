@@ -76,7 +76,8 @@ class StoreResult:
     """What storing chunks did.
 
     ``records``: records stored; ``corrupt``: lines skipped because they are not
-    records (not JSON objects, or without an integer ``seq``); ``skipped``: chunks
+    records (not JSON objects, or without an integer ``seq``) or hold a value the store
+    cannot (see :func:`~ddpgui.core.store.ingest.holdable`); ``skipped``: chunks
     that were already stored (a replay); ``duplicates``: records dropped because
     their ``seq`` was not above the last stored one; ``new``: spool → the records
     stored, in order (what a live view appends; log spools are not listed).
