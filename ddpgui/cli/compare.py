@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..core import analysis
 from ..core.hosts import HostStore
 from ..core.outputs import export
 from ..core.store import RunRecord, RunStore
 from .common import EXIT_OK, CLIError, find_run, find_sweep, terminal_text
+from .options import out_folder
 
 ALL_FORMATS = export.FORMATS
 
@@ -72,6 +72,7 @@ def _runs(store: RunStore, args: argparse.Namespace) -> list[RunRecord]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     formats = _formats(args.format)
+    out = out_folder(args.out)
     if args.dpi < 72:
         raise CLIError(f"--dpi {args.dpi} is too low", "give at least 72 (300 is print quality)")
     if args.steps is not None and args.steps < 1:
@@ -84,7 +85,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             runs.insert(0, store.get_run(baseline))
         comparison = analysis.compute_comparison(store, hosts, [r.id for r in runs], baseline, n_steps=args.steps,
                                                  with_curves=False).comparison
-        written = export.export_comparison(comparison, store, Path(args.out), formats, args.width, args.x, args.dpi,
+        written = export.export_comparison(comparison, store, out, formats, args.width, args.x, args.dpi,
                                            args.caption, args.individual_runs)
     _print_table(comparison)
     for name, why in written.skipped.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remote_runner.config import (
@@ -19,6 +20,7 @@ from remote_runner.config import (
 
 from ..core.gpus.launching import pool_snapshot_of, resolve_gpus
 from ..core.gpus.picker import GpuChoice, GpuChoiceError, parse_gpu_choice
+from ..core.names import name_problem
 from ..core.sweeps.plan import arg_option, split_values
 from .common import CLIError, terminal_text
 
@@ -91,6 +93,31 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=gpu_choice, default=None, metavar="0,3|free:N",
                    help="the host's GPUs to run on (nvidia-smi's indices), or any N free ones; one process per GPU "
                         "(--nproc follows); see them with: ddpgui gpus HOST")
+
+
+def run_name(text: str) -> str:
+    """A run's ``--name`` (argparse type; empty: the default name)."""
+    problem = name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"the name {problem}")
+    return text
+
+
+def run_tag(text: str) -> str:
+    """A ``--tag`` (argparse type)."""
+    problem = name_problem(text, empty_ok=False)
+    if problem:
+        raise argparse.ArgumentTypeError(f"the tag {problem}")
+    return text
+
+
+def out_folder(text: str) -> Path:
+    """The ``--out`` folder of ``export`` and ``compare``; an empty one (which would mean wherever the command
+    happens to run) is refused."""
+    if not text.strip():
+        raise CLIError("--out is empty: it names the folder the files are written to",
+                       "give a folder, e.g. --out results (it is made when it does not exist)")
+    return Path(text)
 
 
 def gpu_choice(text: str) -> GpuChoice:

@@ -7,7 +7,6 @@ import json
 import shlex
 import sys
 import time
-from pathlib import Path
 
 from ..core.gpus.picker import GpuChoiceError
 from ..core.runs import launches
@@ -19,7 +18,7 @@ from ..core.runs.series import run_series_lines
 from ..core.store import RunRecord, RunStore
 from ..core.targets.fingerprint import summary as code_summary
 from .common import EXIT_OK, CLIError, find_run, open_manager, terminal_text
-from .options import add_launch_settings, gpu_settings, launch_settings
+from .options import add_launch_settings, gpu_settings, launch_settings, out_folder, run_name, run_tag
 from .render import follow_live, print_runs_table
 
 
@@ -148,9 +147,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         if env.get("imported_from"):
             files = len(env.get("event_files") or [])
             print(terminal_text(f"  imported    from {env['imported_from']} ({files} event file{'' if files == 1 else 's'})"))
-        elif env:
-            print(terminal_text(f"  environment {env.get('hostname')}: torch {env.get('torch')}, CUDA {env.get('cuda')}, "
-                                f"GPU {env.get('gpu') or 'none'}"))
+        elif any(env.get(key) is not None for key in ("hostname", "torch", "python")):  # the host's probe
+            print(terminal_text(f"  environment {env.get('hostname') or '?'}: torch {env.get('torch') or 'none'}, "
+                                f"CUDA {env.get('cuda') or 'none'}, GPU {env.get('gpu') or 'none'}"))
+        else:  # a launch that ended before the host was probed
+            print("  environment not probed")
         if record.corrupt_lines:
             print(f"  skipped     {record.corrupt_lines} corrupt spool line(s)")
     return EXIT_OK
@@ -209,15 +210,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..core.outputs.points import write_points_csv
     from ..core.outputs.tensorboard import export_tensorboard
 
+    out = out_folder(args.out)
     with RunStore() as store:
         runs = [find_run(store, text) for text in args.runs]
         if args.format == "tensorboard":
-            written = export_tensorboard(store, [r.id for r in runs], Path(args.out))
+            written = export_tensorboard(store, [r.id for r in runs], out)
             for folder, scalars in written.items():
                 print(f"{folder}  ({scalars} values)")
             print(f"open it with: tensorboard --logdir {shlex.quote(args.out)}")
             return EXIT_OK
-        paths = write_points_csv(store, [r.id for r in runs], Path(args.out))
+        paths = write_points_csv(store, [r.id for r in runs], out)
     for path in paths:
         print(path)
     return EXIT_OK
@@ -236,8 +238,8 @@ def _add_launch_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", metavar="A,B,...", help="one run across several host profiles (multi-node torchrun), "
                    "node 0 first: it hosts the rendezvous; --nproc is per node")
     add_launch_settings(p)
-    p.add_argument("--name", default=None)
-    p.add_argument("--tag", action="append", default=None)
+    p.add_argument("--name", type=run_name, default=None)
+    p.add_argument("--tag", type=run_tag, action="append", default=None)
     p.add_argument("--follow", action="store_true", help="stay and print live progress until the run ends")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown SSH host key without asking")
     p.add_argument("script_args", nargs="*", help=argparse.SUPPRESS)

@@ -34,7 +34,7 @@ from .common import (
     open_manager,
     terminal_text,
 )
-from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, launch_settings
+from .options import SCALAR_SETTINGS, add_launch_settings, comma_list, launch_settings, run_tag
 
 #: Off a terminal (a log file), the progress line is repeated at most this often between cells.
 LOG_EVERY_S = 30.0
@@ -286,7 +286,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--gpus 0,1,2,3 then names the GPUs cells are placed on, --gpus free:N gives each cell N. "
                         "On a host without GPUs as many cells as its CPUs hold")
     p.add_argument("--name", default=None, help="the sweep's name (also a tag on its runs)")
-    p.add_argument("--tag", action="append", default=None)
+    p.add_argument("--tag", type=run_tag, action="append", default=None)
     p.add_argument("--resume", metavar="ID", default=None, help="continue a sweep instead of starting one")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown SSH host key without asking")
     p.add_argument("script_args", nargs="*", help=argparse.SUPPRESS)

@@ -34,7 +34,7 @@ def gpu(name="gpu", **fields):
     ({"name": "has space"}, "name", "letters, digits"),
     ({"name": ""}, "name", "letters, digits"),
     ({"hostname": ""}, "hostname", "host name"),
-    ({"hostname": "a b"}, "hostname", "without spaces"),
+    ({"hostname": "a b"}, "hostname", "has spaces in it"),
     ({"hostname": "-oProxyCommand=x"}, "hostname", "host name"),
     ({"port": 0}, "port", "1-65535"),
     ({"port": "22"}, "port", "1-65535"),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from remote_runner.config import env_problem
 
+from ..names import HOSTNAME_REFUSED, USER_REFUSED, name_problem
 from . import secrets
 from .errors import HostError, shown
 from .slurm_options import SlurmOptions
@@ -30,8 +31,6 @@ AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
 SECRET_KIND = {"key_passphrase": secrets.PASSPHRASE, "password": secrets.PASSWORD}
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_HOSTNAME = re.compile(r"^[^\s@/\\'\"`$;&|<>()]+$")
-_USER = re.compile(r"^[^\s@:/'\"`$;&|<>()]*$")
 _HOP = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]\s]+\]|[^:\s@\[\]]+)(?::(?P<port>\d+))?$")
 
 
@@ -111,13 +110,10 @@ class HostProfile:
             self.slurm.validate()
         else:
             _check(self.slurm is None, "slurm", "only a profile of kind slurm has Slurm options")
-        _check(isinstance(self.hostname, str) and bool(_HOSTNAME.match(self.hostname))
-               and not self.hostname.startswith("-"), "hostname",
-               f"must be a host name or address without spaces, got {self.hostname!r}")
+        _check_login("hostname", "the host name", self.hostname, HOSTNAME_REFUSED, empty_ok=False)
         _check(isinstance(self.port, int) and not isinstance(self.port, bool) and 1 <= self.port <= 65535,
                "port", f"must be 1-65535, got {self.port!r}")
-        _check(isinstance(self.user, str) and bool(_USER.match(self.user)) and not self.user.startswith("-"),
-               "user", f"must be a login name without spaces, got {self.user!r}")
+        _check_login("user", "the login name", self.user, USER_REFUSED)
         _check(self.auth in AUTH_METHODS, "auth", f"must be one of {', '.join(AUTH_METHODS)}, got {self.auth!r}")
         if self.auth in ("key", "key_passphrase"):
             _check(bool(self.key_file), "key_file", f"authentication {self.auth!r} needs a key file")
@@ -127,14 +123,23 @@ class HostProfile:
                "proxy_jump", "must be a list of jump hosts")
         for hop in self.proxy_jump:
             _check(hop != self.name, "proxy_jump", f"{self.name!r} cannot be its own jump host")
-            _check(bool(_NAME.fullmatch(hop)) or bool(_HOP.fullmatch(hop)), "proxy_jump",
-                   f"{hop!r} is neither a profile name nor user@host:port")
+            if _NAME.fullmatch(hop):
+                continue  # a profile's name: that profile is checked on its own
+            _check(bool(_HOP.fullmatch(hop)), "proxy_jump", f"{hop!r} is neither a profile name nor user@host:port")
+            user, host, _ = parse_hop(hop)
+            whose = f"jump host {shown(hop)}: its"
+            _check_login("proxy_jump", "the jump host" if host == hop else f"{whose} host name", host,
+                         HOSTNAME_REFUSED, empty_ok=False)
+            _check_login("proxy_jump", f"{whose} login name", user, USER_REFUSED)
         _check(bool(self.python.strip()), "python", "must name the remote Python interpreter, e.g. python3")
         _check(self.run_root == "~" or self.run_root.startswith(("/", "~/")), "run_root",
                f"must be an absolute path or start with ~/, got {self.run_root!r}")
         _check(self.rdzv_address is None or (isinstance(self.rdzv_address, str) and bool(_HOP.match(self.rdzv_address))
                                              and "@" not in self.rdzv_address),
                "rdzv_address", f"must be host or host:port, got {self.rdzv_address!r}")
+        if self.rdzv_address is not None:
+            _check_login("rdzv_address", "the rendezvous host",
+                         _HOP.match(self.rdzv_address)["host"].strip("[]"), HOSTNAME_REFUSED, empty_ok=False)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -201,6 +206,13 @@ class HostsFileError(HostError):
 def _check(ok: bool, field_name: str, message: str) -> None:
     if not ok:
         raise HostError(field_name, message)
+
+
+def _check_login(field_name: str, what: str, value: object, refused: str, empty_ok: bool = True) -> None:
+    """A host or login name (:func:`~ddpgui.core.names.name_problem`, never starting with '-'); the message is
+    ``what``, the value and what is wrong with it."""
+    problem = name_problem(value, refused, option_like=False, empty_ok=empty_ok)
+    _check(problem is None, field_name, f"{what} {problem}" if value == "" else f"{what} {shown(value)} {problem}")
 
 
 def local_profile() -> HostProfile:

@@ -210,8 +210,9 @@ class HostStore:
         data = {"schema": SCHEMA_VERSION,
                 "hosts": [p.to_json() for p in self.profiles()]}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(str(self.path), text.encode("utf-8"), 0o600)
+        target = self.path.resolve()  # a symbolic link (dotfiles kept in a repository) is written through, as
+        target.parent.mkdir(parents=True, exist_ok=True)  # editors do: its target is replaced, the link stays
+        atomic_write(str(target), text.encode("utf-8"), 0o600)
 
     # ---- ~/.ssh/config ---------------------------------------------------------------------
     def import_ssh_config(self, path: str | Path | None = None) -> ImportReport:

@@ -18,6 +18,7 @@ from remote_runner.status import FINAL_STATES
 from ..errors import HintedError
 from ..runs.protocol import LOG_SPOOLS, Chunk
 from ..store import RunRecord, RunStore, StoreError
+from .files import output_file
 
 BUNDLE_FORMAT = "ddpgui-runs"
 BUNDLE_VERSION = 1
@@ -47,7 +48,8 @@ def bundle_of(store: RunStore, run_ids: Sequence[str]) -> dict:
 
 def write_bundle(store: RunStore, run_ids: Sequence[str], path: str | Path) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(bundle_of(store, run_ids), separators=(",", ":")), encoding="utf-8")
+    with output_file(path, encoding="utf-8") as fh:
+        fh.write(json.dumps(bundle_of(store, run_ids), separators=(",", ":")))
     return path
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from ..analysis.comparison import Comparison, Curve, load_curve
 from ..analysis.curves import CURVE_COLUMNS, MeanCurve, group_curves
 from ..store import RunStore
+from .files import output_file
 from .style import MARKERS_PER_CURVE, X_LABELS, Notes, Style, envelope, outside_legend, shared_settings
 
 
@@ -25,7 +26,7 @@ def write_curves_csv(comparison: Comparison, store: RunStore, path: Path, x: str
                      curves: dict[str, Curve] | None = None) -> Path:
     """``curves.csv``: per group and x its n, mean loss and 95% interval (empty where n = 1)."""
     curves = load_curves(comparison, store) if curves is None else curves
-    with path.open("w", newline="") as fh:
+    with output_file(path, newline="") as fh:
         w = csv.writer(fh)
         w.writerow(CURVE_COLUMNS)
         for c in group_curves(comparison, curves, x):

@@ -17,6 +17,7 @@ from . import figures
 from .bundle import write_bundle
 from .curves import write_curves_csv
 from .figures import Exported
+from .files import output_folder
 from .points import write_points_csv
 from .tables import write_latex_table, write_summary_csv
 
@@ -36,8 +37,7 @@ def write_data(comparison: Comparison, store: RunStore, out_dir: str | Path,
     result = Exported()
     if not formats:
         return result
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(out_dir)
     run_ids = [r.run_id for r in comparison.runs]
     if "csv" in formats:
         result.paths += write_points_csv(store, run_ids, out)

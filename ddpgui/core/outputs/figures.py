@@ -23,6 +23,7 @@ from ..analysis.comparison import Comparison, GroupStats, family_key
 from ..analysis.stats import Ratio
 from ..analysis.steady import is_fallback
 from ..store import RunStore
+from .files import output_file, output_folder
 from .style import CHAR_EM, FOOTER_PT, TICK_EM, TICK_PT, Notes, Style, outside_legend, shared_settings
 
 # re-exported: the Compare tab and the tests name them through this module
@@ -129,8 +130,7 @@ def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, 
         return result
     import matplotlib
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(out_dir)
     text = caption_text(comparison)
     with matplotlib.rc_context(RC):
         for name in figures:
@@ -141,7 +141,8 @@ def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, 
             title = f"{fig.axes[0].get_title() or name} ({comparison.baseline_group.label} baseline)"
             for fmt in formats:
                 path = out / f"{name}.{fmt}"
-                fig.savefig(path, format=fmt, dpi=dpi, metadata=_metadata(fmt, title, text))
+                with output_file(path, "wb") as fh:
+                    fig.savefig(fh, format=fmt, dpi=dpi, metadata=_metadata(fmt, title, text))
                 fig.set_layout_engine("none")  # laid out once (in inches): the other formats keep it
                 result.paths.append(path)
     return result

@@ -12,6 +12,7 @@ from remote_runner.spools import TELEMETRY
 
 from ..runs.series import series_info
 from ..store import RunStore
+from .files import output_file, output_folder
 
 #: Keys of a record that identify it rather than measure something.
 ID_KEYS = {"seq", "t", "step", "epoch", "phase", "precision", "kind", "gpu", "name", "warmup", "world_size",
@@ -42,27 +43,30 @@ def write_points_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> list
     ``time`` is seconds since the run's first record, ``wall_time`` Unix seconds. Missing values are not
     written (tidy data has no empty cells).
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = output_folder(out_dir)
     points, telemetry = out_dir / "points.csv", out_dir / "telemetry.csv"
-    with points.open("w", newline="") as pf, telemetry.open("w", newline="") as tf:
-        pw, tw = csv.writer(pf), csv.writer(tf)
-        pw.writerow(["run", "name", "step", "time", "wall_time", "phase", "metric", "value"])
-        tw.writerow(["run", "node", "time", "wall_time", "kind", "gpu", "metric", "value"])
-        for run_id in run_ids:
-            run = store.get_run(run_id)
-            metrics = store.series(run_id)
+    runs = [store.get_run(run_id) for run_id in run_ids]
+    with output_file(points, newline="") as fh:  # one file at a time: a failure names the file it was writing
+        writer = csv.writer(fh)
+        writer.writerow(["run", "name", "step", "time", "wall_time", "phase", "metric", "value"])
+        for run in runs:
+            metrics = store.series(run.id)
             steps = metrics.get("step")
             for i, key, value, elapsed in _points(metrics):
                 step = "" if steps is None or math.isnan(steps[i]) else int(steps[i])
-                pw.writerow([run_id, run.name, step, elapsed, f"{metrics['t'][i]:.3f}",
-                             _cell(metrics.get("phase"), i), key, value])
+                writer.writerow([run.id, run.name, step, elapsed, f"{metrics['t'][i]:.3f}",
+                                 _cell(metrics.get("phase"), i), key, value])
+    with output_file(telemetry, newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["run", "node", "time", "wall_time", "kind", "gpu", "metric", "value"])
+        for run in runs:
             for node in run.nodes:
-                tel = store.series(run_id, TELEMETRY, node)
+                tel = store.series(run.id, TELEMETRY, node)
                 gpus = tel.get("gpu")
                 for i, key, value, elapsed in _points(tel):
                     gpu = "" if gpus is None or math.isnan(gpus[i]) else int(gpus[i])
-                    tw.writerow([run_id, node, elapsed, f"{tel['t'][i]:.3f}", _cell(tel.get("kind"), i), gpu,
-                                 key, value])
+                    writer.writerow([run.id, node, elapsed, f"{tel['t'][i]:.3f}", _cell(tel.get("kind"), i), gpu,
+                                     key, value])
     return [points, telemetry, write_series_csv(store, run_ids, out_dir)]
 
 
@@ -71,7 +75,7 @@ def write_series_csv(store: RunStore, run_ids: list[str], out_dir: Path) -> Path
     from (``source``: "progress bar (stderr)", "TensorBoard tag train/loss"), the name the script gave it
     (``from``), the other sources that gave it too (``also``), its log file (``file``) and its ``points``."""
     path = out_dir / "series.csv"
-    with path.open("w", newline="") as fh:
+    with output_file(path, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["run", "metric", "source", "from", "also", "file", "points"])
         for run_id in run_ids:

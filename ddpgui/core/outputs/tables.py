@@ -13,6 +13,7 @@ from ..analysis.comparison import HIGHER_IS_BETTER, Comparison
 from ..analysis.run_stats import RUN_METRICS
 from ..analysis.stats import Estimate, Ratio
 from .figures import caption_text
+from .files import output_file
 
 #: Unit of each summarised metric ("{throughput}" is the runs' own throughput unit).
 UNITS = {"throughput": "{throughput}", "mem_peak_gib": "GiB", "compile_s": "s", "time_to_n_s": "s",
@@ -49,7 +50,7 @@ def write_summary_csv(comparison: Comparison, path: Path) -> Path:
     Run rows hold a run's own values (throughput over its steady intervals); group rows the
     estimates over repeats plus speedup, memory saving and scaling efficiency against the baseline.
     """
-    with path.open("w", newline="") as fh:
+    with output_file(path, newline="") as fh:
         w = csv.writer(fh)
         w.writerow(SUMMARY_COLUMNS)
         for i, g in enumerate(comparison.groups):
@@ -159,5 +160,6 @@ def write_latex_table(comparison: Comparison, path: Path) -> Path:
         lines.append(" & ".join(row) + r" \\")
     lines.append(r"\bottomrule")
     lines.append(r"\end{tabular}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with output_file(path, encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
     return path

@@ -1,16 +1,20 @@
 """Stored runs as a TensorBoard log folder that TensorBoard itself opens (``ddpgui export --format tensorboard``).
 
 One subfolder per run, named ``<run name>-<run id>`` (readable, and unique by the id); in it one event file,
-written with TensorBoard's own writer, that holds every metric series of the run as scalars at the record's
-``step`` and wall time ``t`` (new-style, double precision: the stored value exactly), and the run's simple
-settings as TensorBoard hparams (the HParams dashboard lists the runs with them)::
+written with TensorBoard's own record writer (under a temp name, then renamed: a failed export leaves no part),
+that holds every metric series of the run as scalars at the record's ``step`` and wall time ``t`` (new-style,
+double precision: the stored value exactly), and the run's simple settings as TensorBoard hparams (the HParams
+dashboard lists the runs with them)::
 
     written = export_tensorboard(store, run_ids, "tb_out")    # then: tensorboard --logdir tb_out
 """
 from __future__ import annotations
 
 import math
+import os
 import re
+import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,11 +22,12 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import metadata as scalar_metadata
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 
 from remote_runner.scriptread.sink import RESERVED
 
 from ..store import RunRecord, RunStore
+from .files import output_file, output_folder
 
 #: Keys of a metric record that are its bookkeeping, not a series (the sink's, and the built-in workloads').
 NOT_SERIES = frozenset(RESERVED) | {"global_batch", "warmup"}
@@ -59,20 +64,21 @@ def _scalar_value(tag: str, value: float, first: bool) -> summary_pb2.Summary.Va
 
 def write_run(store: RunStore, run: RunRecord, folder: Path) -> int:
     """Write one run's event file into ``folder`` (replacing an earlier export's); returns the scalars written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("events.out.tfevents.*"):
-        old.unlink()
+    folder = output_folder(folder)
     metrics = store.series(run.id)
     steps, times = metrics.get("step"), metrics.get("t")
     series = sorted(k for k, v in metrics.items() if k not in NOT_SERIES and v.dtype.kind == "f")
-    writer = EventFileWriter(str(folder))
+    # named as TensorBoard's EventFileWriter names its files
+    path = folder / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.ddpgui"
     written = 0
-    try:
+    with output_file(path, "wb") as fh:
+        writer = RecordWriter(fh)
+        writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         hparams = hparams_of(run.config)
         if hparams:
             start = float(times[0]) if times is not None and len(times) else run.created_at
-            writer.add_event(event_pb2.Event(wall_time=start, step=0, summary=hparams_summary.hparams_pb(
-                hparams, trial_id=run.id, start_time_secs=int(start))))
+            writer.write(event_pb2.Event(wall_time=start, step=0, summary=hparams_summary.hparams_pb(
+                hparams, trial_id=run.id, start_time_secs=int(start))).SerializeToString())
         if steps is not None and series:
             columns = np.column_stack([metrics[k] for k in series])
             seen: set[str] = set()
@@ -83,11 +89,12 @@ def write_run(store: RunStore, run: RunRecord, folder: Path) -> int:
                         values.append(_scalar_value(tag, float(value), tag not in seen))
                         seen.add(tag)
                 if values:
-                    writer.add_event(event_pb2.Event(wall_time=float(times[i]), step=int(steps[i]),
-                                                     summary=summary_pb2.Summary(value=values)))
+                    writer.write(event_pb2.Event(wall_time=float(times[i]), step=int(steps[i]),
+                                                 summary=summary_pb2.Summary(value=values)).SerializeToString())
                     written += len(values)
-    finally:
-        writer.close()
+    for old in folder.glob("events.out.tfevents.*"):
+        if old != path:
+            old.unlink()
     return written
 
 

@@ -405,6 +405,16 @@ def format_rate(value: float | None, unit: str) -> str:
     return f"{value:.1f} {unit}"
 
 
+def shown_rates(live: LiveRun, active: bool) -> tuple[float | None, float | None]:
+    """(steps/s, samples/s) as every view shows them: while the run is active the mean over the last
+    RATE_WINDOW_S seconds (:attr:`LiveRun.window_rates`), else (and until that window has two records) steps/s
+    since the first record and the runner's steady samples/s, or the last record's."""
+    window_steps, window_samples = live.window_rates if active else (None, None)
+    steps_per_s = window_steps if window_steps is not None else live.steps_per_s
+    samples_per_s = window_samples if window_samples is not None else (live.steady_samples_per_s or live.samples_per_s)
+    return steps_per_s, samples_per_s
+
+
 def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | None = None) -> str:
     """The dashboard header's numbers: ``step 120/1500 · loss 0.137 · elapsed 00:47 · ETA 01:12 · 41.2 steps/s ·
     330 samples/s · …``; while torch.compile works ``compiling · 00:12`` instead of step, loss and ETA.
@@ -422,10 +432,8 @@ def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | N
         parts.append(f"ETA {format_duration(live.eta_s) if active else '–'}")
     else:  # the ETA its progress bar drew, if it has one
         parts += _bar_parts(live, active)[1:]
-    window_steps, window_samples = live.window_rates if active else (None, None)
-    steps_per_s = window_steps if window_steps is not None else live.steps_per_s
+    steps_per_s, rate = shown_rates(live, active)
     parts.append(f"{format_number(steps_per_s)} steps/s" if steps_per_s else "– steps/s")
-    rate = window_samples if window_samples is not None else (live.steady_samples_per_s or live.samples_per_s)
     if rate is not None or not script:
         parts.append(format_rate(rate, "samples/s"))
     if live.compile_s is not None:
@@ -446,16 +454,20 @@ def progress_bar(fraction: float | None, width: int = 20) -> str:
 
 
 def progress_line(live: LiveRun, width: int = 20) -> str:
-    """One line: bar, step/total, loss, throughput, device use, ETA (without a known length: steps and rate)."""
+    """One line: bar, step/total, loss, throughput (as the app shows it: :func:`shown_rates`), device use, ETA
+    (without a known length: steps and rate)."""
     bar = progress_bar(live.fraction, width)
     total = f"/{live.total_steps}" if live.total_steps else ""
     loss = format_number(live.loss, missing="-")
-    if live.samples_per_s is None and live.steps_per_s is not None:  # a script that prints no throughput
-        rate = format_rate(live.steps_per_s, "steps/s")
+    steps_per_s, samples_per_s = shown_rates(live, live.state not in FINAL_EVENTS)
+    if samples_per_s is None and steps_per_s is not None:  # a script that prints no throughput
+        rate = format_rate(steps_per_s, "steps/s")
     else:
-        rate = format_rate(live.samples_per_s, "samples/s")
+        rate = format_rate(samples_per_s, "samples/s")
     parts = [f"{bar}step {live.step}{total}", *_bar_parts(live)[:1], f"loss {loss}", rate]
-    if live.tokens_per_s is not None:
+    if live.tokens_per_s is not None and samples_per_s and live.samples_per_s:  # tokens per sample: the record's
+        parts.append(format_rate(samples_per_s * live.tokens_per_s / live.samples_per_s, "tok/s"))
+    elif live.tokens_per_s is not None:
         parts.append(format_rate(live.tokens_per_s, "tok/s"))
     if live.gpus:
         utils = [g.get("util_pct") for _, g in sorted(live.gpus.items())]

@@ -17,6 +17,7 @@ from remote_runner.config import ConfigError, RunConfig, env_problem
 
 from ..gpus.picker import GpuChoiceError, parse_gpu_choice
 from ..hosts import HostNotFound, HostStore
+from ..names import name_problem
 from ..runs.config import make_config, new_run_id
 from ..store import SweepCell, SweepRecord
 
@@ -227,6 +228,9 @@ def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRe
     Cells are ordered repeat by repeat (every combination once, then again), so
     the first results cover the whole matrix; each host takes its cells in that order.
     """
+    problem = name_problem(spec.name)
+    if problem:
+        raise SweepError(f"the sweep's name {problem}", "give it a shorter name (it is also a tag on its runs)")
     names = [h.strip() for h in spec.hosts if h and h.strip()]
     if not names:
         raise SweepError("a sweep needs at least one host", "e.g. local (this computer)")
