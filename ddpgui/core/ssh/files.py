@@ -165,8 +165,7 @@ def _marked(result: CommandResult) -> dict | None:
 def _run(target: Target, what: str, snippet: str, args: list[str], stdin: bytes | None = None,
          size: int = 0) -> tuple[CommandResult, dict | None]:
     """Run ``snippet`` with the profile's Python; a failure of the snippet's own raises OSError."""
-    result = target.exec([target.python, "-c", snippet, *args], stdin=stdin,
-                         timeout=_TIMEOUT_S + size * _S_PER_BYTE)
+    result = target.exec(target.python_snippet(snippet, *args), stdin=stdin, timeout=_TIMEOUT_S + size * _S_PER_BYTE)
     marked = _marked(result)
     if result.rc == 0:
         return result, marked
@@ -177,6 +176,8 @@ def _run(target: Target, what: str, snippet: str, args: list[str], stdin: bytes 
         raise OSError(marked["errno"], f"{marked['error']} ({what} on {target.name} over an exec channel)",
                       marked.get("path") or None)
     cause = target.python_error(result)
+    if cause.failure == "python_too_old":
+        raise cause
     raise TargetError(f"{target.name} offers no SFTP, and the exec-channel transfer that replaces it failed while "
                       f"{what}: {cause.args[0]}",
                       f"{cause.hint}; or ask the host's admin to enable SFTP (a 'Subsystem sftp' line in "
@@ -201,8 +202,7 @@ def exec_read(target: Target, path: str) -> bytes:
     data = result.stdout
     if marked is None or marked.get("sha256") != hashlib.sha256(data).hexdigest():
         raise TargetError(f"reading {target.name}:{path} over an exec channel gave {len(data)} bytes that do not "
-                          f"match the file's sha256 on the host", "try again; if it persists, the host's shell "
-                          "prints something of its own (check ~/.bashrc for output in non-interactive shells)")
+                          f"match the file's sha256 on the host", "try again (the file may have changed while it was read)")
     return data
 
 

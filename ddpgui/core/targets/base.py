@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from remote_runner import MIN_PYTHON, PYTHON_TOO_OLD, PYTHON_TOO_OLD_HINT
 from remote_runner.config import RunConfig
 from remote_runner.failures import DISK_FULL_HINT, NO_SPACE_PATH, NO_SPACE_TEXT
 
@@ -24,6 +26,14 @@ FOLLOW_SILENCE_S = 5.0
 
 #: Progress callback: (bytes done, bytes total, files done, files total).
 Progress = Callable[[int, int, int, int], None]
+
+#: The first lines of every ``python -c`` snippet (:meth:`Target.python_snippet`), in words any Python parses
+#: (2.7 included): a Python too old for the runner says so instead of failing on what follows.
+PYTHON_GUARD = ("import sys\n"
+                f"if sys.version_info < {MIN_PYTHON!r}:\n"
+                f" sys.stderr.write({PYTHON_TOO_OLD + chr(10)!r} % (tuple(sys.version_info[:2]) + {MIN_PYTHON!r}))\n"
+                " sys.exit(2)\n")
+_TOO_OLD = re.compile(re.escape(PYTHON_TOO_OLD).replace("%d", r"\d+"))
 
 _HASH_SNIPPET = ("import hashlib,sys\n"
                  "try:\n h=hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest()\n"
@@ -151,7 +161,7 @@ class Target(ABC):
 
     def sha256(self, path: str) -> str | None:
         """The sha256 of a file on the host, or None when it is missing."""
-        result = self.exec([self.python, "-c", _HASH_SNIPPET, path], timeout=120)
+        result = self.exec(self.python_snippet(_HASH_SNIPPET, path), timeout=120)
         if result.rc != 0:
             raise self.python_error(result)
         return result.stdout.decode().strip() or None
@@ -184,9 +194,19 @@ class Target(ABC):
             raise TargetError(f"the runner is not deployed to {self.name}", "call deploy() first")
         return [self.python, self._runner_path, *args]
 
+    def python_snippet(self, snippet: str, *args: str) -> list[str]:
+        """``python -c snippet args...`` with the profile's Python, :data:`PYTHON_GUARD` first."""
+        return [self.python, "-c", PYTHON_GUARD + snippet, *args]
+
     def python_error(self, result: CommandResult) -> TargetError:
         """What went wrong when the profile's Python did not give the expected output."""
         err = result.stderr.decode("utf-8", "replace").strip()
+        too_old = _TOO_OLD.search(err)
+        if too_old:
+            found = TargetError(too_old.group(0), PYTHON_TOO_OLD_HINT % MIN_PYTHON + f" (now: {self.python})",
+                                field="python")
+            found.failure = "python_too_old"
+            return found
         if "Traceback (most recent call last)" in err:  # the interpreter ran: the runner itself failed
             return self._runner_crash(err)
         if result.rc == 127 or "No such file" in err or "not found" in err:

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+
+from remote_runner import MIN_PYTHON, PYTHON_TOO_OLD, PYTHON_TOO_OLD_HINT
+from remote_runner.capabilities import MIN_TORCH
 
 from ..hosts import HostStore
 from ..ssh.auth import AskSecret
@@ -13,15 +17,18 @@ from .local import LocalTarget
 from .slurm import SlurmTarget
 from .ssh import SSHTarget
 
+#: What ``hosts test`` asks the profile's Python; any Python runs it (2.7 included), so an old one is named as such.
 _PYTHON_SNIPPET = (
-    "import importlib.util, json, platform, sys\n"
+    "import json, platform, sys\n"
     "torch = None\n"
-    "if importlib.util.find_spec('torch') is not None:\n"
-    "    try:\n"
-    "        from importlib.metadata import version\n"
-    "        torch = version('torch')\n"
-    "    except Exception:\n"
-    "        torch = 'unknown version'\n"
+    f"if sys.version_info >= {MIN_PYTHON!r}:\n"
+    "    import importlib.util\n"
+    "    if importlib.util.find_spec('torch') is not None:\n"
+    "        try:\n"
+    "            from importlib.metadata import version\n"
+    "            torch = version('torch')\n"
+    "        except Exception:\n"
+    "            torch = 'unknown version'\n"
     "print(json.dumps({'executable': sys.executable, 'python': platform.python_version(), 'torch': torch}))\n"
 )
 
@@ -50,18 +57,25 @@ class PythonCheck:
 
 
 def check_python(target: Target) -> PythonCheck:
-    """Run the profile's Python on the host: is it there, is it 3.9+, does it have torch?"""
+    """Run the profile's Python on the host: is it there, is it 3.9+, does it have a torch that launch takes?"""
     result = target.exec([target.python, "-c", _PYTHON_SNIPPET], timeout=60)
     try:
         info = result.json()
     except (ValueError, IndexError):
         raise target.python_error(result) from None
     check = PythonCheck(info["executable"], info["python"], info["torch"])
-    if tuple(int(p) for p in check.python.split(".")[:2]) < (3, 9):
-        check.problems.append((f"Python {check.python} is too old (the runner needs 3.9 or newer)",
-                               "point the profile at a newer Python (a venv or conda env)"))
+    version = tuple(int(p) for p in check.python.split(".")[:2])
+    if version < MIN_PYTHON:
+        check.problems.append((PYTHON_TOO_OLD % (version + MIN_PYTHON), PYTHON_TOO_OLD_HINT % MIN_PYTHON))
+        return check  # its torch, if any, was not asked: the runner would not start
     if check.torch is None:
         check.problems.append((f"PyTorch is not installed for {check.executable}",
                                "install it there (pip install torch), or point the profile's python at the "
                                "venv/conda env that has it"))
+    torch = re.match(r"(\d+)\.(\d+)", check.torch or "")
+    if torch and (int(torch.group(1)), int(torch.group(2))) < MIN_TORCH:
+        check.problems.append((f"PyTorch {check.torch} is too old (the runner needs {MIN_TORCH[0]}.{MIN_TORCH[1]} "
+                               "or newer): launch refuses it",
+                               f"upgrade torch in {check.executable} (pip install -U torch), or point the profile's "
+                               "python at a venv/conda env with a newer one"))
     return check
