@@ -15,6 +15,7 @@ import sys
 
 from ..core.hosts import AUTH_METHODS, GPU_FLAGS, KINDS, LOCAL, HostProfile, HostStore, SlurmOptions, secrets
 from ..core.ssh.files import NO_SFTP_NOTE
+from ..core.ssh.shell import login_note
 from ..core.targets.factory import check_python
 from ..core.targets.ssh import SSHTarget
 from ..core.targets.zipapp import build_runner
@@ -346,6 +347,8 @@ def cmd_test(args: argparse.Namespace) -> int:
             route = " → ".join(hop.label for hop in store.route(profile.name))
             print(f"connected: {route} (login: {target.connection.auth_used})")
             print(f"file transfers: {'SFTP' if target.connection.check_sftp() else NO_SFTP_NOTE}")
+            if target.connection.login_noise:
+                print(f"note: {terminal_text(login_note(target.connection.login_noise))}")
         check = check_python(target)
     print(terminal_text(f"python: {check.executable} ({check.python})"))
     print(terminal_text(f"torch: {check.torch or 'not installed'}"))

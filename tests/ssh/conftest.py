@@ -223,13 +223,14 @@ def _sshd_config(root: Path, name: str, port: int, host_keys: list[Path], *, sft
     return config
 
 
-def _make_account(root: Path) -> Account:
-    """A throwaway account with a password when we are root; else ourselves, without a password."""
+def _make_account(root: Path, shell: str = "/bin/sh", home_name: str = "home") -> Account:
+    """A throwaway account (login shell ``shell``, home ``root/home_name``) with a password when we are root; else
+    ourselves, without a password."""
     if IS_ROOT and shutil.which("useradd") and shutil.which("chpasswd"):
         user = "ddpgt" + secrets.token_hex(4)
-        home = root / "home"
+        home = root / home_name
         with system_lock():  # another test process may be adding or removing its account
-            made = subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", user], capture_output=True)
+            made = subprocess.run(["useradd", "-M", "-d", str(home), "-s", shell, user], capture_output=True)
             if made.returncode == 0:
                 subprocess.run(["chpasswd"], input=f"{user}:{ACCOUNT_PASSWORD}".encode(), check=True)
         if made.returncode == 0:
@@ -238,6 +239,15 @@ def _make_account(root: Path) -> Account:
             python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
             return Account(user, home, ACCOUNT_PASSWORD, python, sacrificial=True)
     return Account(getpass.getuser(), Path.home(), None, sys.executable, sacrificial=False)
+
+
+def _remove_account(account: Account) -> None:
+    """End what a throwaway account left running and remove it (a warning when userdel refuses)."""
+    _kill_processes_of(account.user)
+    with system_lock():
+        removed = subprocess.run(["userdel", account.user], capture_output=True, text=True)
+    if removed.returncode != 0:
+        print(f"WARNING: could not remove the test account {account.user}: {removed.stderr}")
 
 
 def _kill_processes_of(user: str) -> None:
@@ -304,11 +314,7 @@ def ssh_env():
         for server in servers:
             server.stop()
         if account.sacrificial:
-            _kill_processes_of(account.user)
-            with system_lock():
-                removed = subprocess.run(["userdel", account.user], capture_output=True, text=True)
-            if removed.returncode != 0:
-                print(f"WARNING: could not remove the test account {account.user}: {removed.stderr}")
+            _remove_account(account)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -324,6 +330,27 @@ def no_sftp_env(ssh_env: SSHEnv):
         yield dataclasses.replace(ssh_env, server=server, extra={"sftp_server": ssh_env.server})
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def make_account(ssh_env: SSHEnv):
+    """``make_account(shell, home_name)``: one more throwaway account on the session's sshd (its keys log in to it),
+    with login shell ``shell`` and home ``ssh_env.root / home_name``; all removed at the end of the session."""
+    if not (IS_ROOT and shutil.which("useradd")):
+        pytest.skip("SKIPPED LOUDLY: these tests make throwaway users (useradd), which needs root; CI runs as root")
+    made: list[Account] = []
+
+    def make(shell: str, home_name: str) -> Account:
+        account = _make_account(ssh_env.root, shell, home_name)
+        assert account.sacrificial, f"useradd could not make an account with the login shell {shell}"
+        made.append(account)
+        return account
+
+    try:
+        yield make
+    finally:
+        for account in made:
+            _remove_account(account)
 
 
 @pytest.fixture

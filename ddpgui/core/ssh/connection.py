@@ -4,12 +4,17 @@
 Transport reused for every exec channel and for SFTP, keepalives every few
 seconds, reopened with backoff when it drops.  Jump hosts are chained through
 ``direct-tcpip`` channels, each hop with its own host-key check and login.
-Every remote command is ``shlex.join(argv)``: user text is data, never shell.
+
+Every remote command is ``shlex.join(argv)`` (user text is data, never shell), run by ``/bin/sh`` whatever
+the user's login shell is (:func:`~.shell.remote_command`), after a marker line on stdout and stderr: what the login
+shell's start-up files print before it (a banner in ~/.bashrc, config.fish or ~/.cshrc) is kept apart as
+:attr:`SSHConnection.login_noise`, never read as the command's output.
 """
 from __future__ import annotations
 
 import getpass
 import logging
+import secrets
 import select
 import shlex
 import socket
@@ -24,6 +29,7 @@ from ..hosts import Hop
 from ..targets.base import CommandResult, ConnectionLost, Stream, TargetError
 from .auth import AskSecret, HopAuth, SecretCache
 from .known_hosts import ConfirmHostKey, ConfirmHostKeyPolicy, KnownHosts
+from .shell import AfterMarker, remote_command
 
 CONNECT_TIMEOUT_S = 10.0
 #: Seconds of silence after which a keepalive is sent; with TCP_USER_TIMEOUT a dead link errors out.
@@ -34,7 +40,6 @@ log = logging.getLogger(__name__)
 
 RECONNECT_ATTEMPTS = 4
 BACKOFF_S = 0.5
-
 
 class HostUnreachable(TargetError):
     """No SSH connection could be made (refused, timed out, unreachable); worth retrying later."""
@@ -82,6 +87,11 @@ class SSHConnection:
         self._opened = False
         #: the passwords and passphrases the logins used: the keyring first, then ask_secret; kept per connection
         self.secrets = SecretCache(ask_secret)
+        #: the line every command prints before it starts (:func:`remote_command`)
+        self.marker = "ddpgui-start-" + secrets.token_hex(8)
+        #: what the host's login shell printed before the first command (its start-up files' banner; "" when
+        #: nothing); None until a command has run
+        self.login_noise: str | None = None
 
     @property
     def label(self) -> str:
@@ -244,14 +254,20 @@ class SSHConnection:
         return ConnectionLost(f"the connection to {self.label} dropped {what}",
                               "it is reopened on the next command; a run on the host goes on")
 
+    def _note_noise(self, out: AfterMarker, err: AfterMarker) -> None:
+        if self.login_noise is None and out.found:
+            self.login_noise = b"\n".join(n.strip() for n in (out.noise, err.noise) if n.strip()).decode(
+                "utf-8", "replace")
+
     def run(self, argv: list[str], stdin: bytes | None = None, timeout: float | None = 60.0) -> CommandResult:
-        """Run ``shlex.join(argv)`` in the login shell and collect its output."""
+        """Run ``argv`` through ``/bin/sh`` (:func:`remote_command`) and collect its output, the login's
+        noise left out."""
         command = shlex.join(argv)
         chan = self._session()
         deadline = None if timeout is None else time.monotonic() + timeout
         out, err = bytearray(), bytearray()
         try:
-            chan.exec_command(command)
+            chan.exec_command(remote_command(argv, self.marker))
             if stdin:
                 feeder = threading.Thread(target=_feed, args=(chan, stdin), daemon=True)
                 feeder.start()
@@ -278,14 +294,18 @@ class SSHConnection:
             raise self._lost(f"while running {argv[0]} ({exc})") from None
         finally:
             chan.close()
-        return CommandResult(status, bytes(out), bytes(err))
+        outs = AfterMarker(self.marker), AfterMarker(self.marker)
+        stdout, stderr = (o.feed(bytes(data)) + o.end() for o, data in zip(outs, (out, err), strict=True))
+        self._note_noise(*outs)
+        return CommandResult(status, stdout, stderr)
 
     def start(self, argv: list[str], keep_stdin: bool = False) -> paramiko.Channel:
-        """Start ``shlex.join(argv)`` and return its channel (stdin closed, unless ``keep_stdin``: a command that
-        runs until its stdin ends, as the host monitor does)."""
+        """Start ``argv`` through ``/bin/sh`` (:func:`remote_command`) and return its channel (stdin closed, unless
+        ``keep_stdin``: a command that runs until its stdin ends, as the host monitor does).  Read it through a
+        :class:`ChannelStream`, which leaves out the login's noise."""
         chan = self._session()
         try:
-            chan.exec_command(shlex.join(argv))
+            chan.exec_command(remote_command(argv, self.marker))
             if not keep_stdin:
                 chan.shutdown_write()
         except (paramiko.SSHException, EOFError) as exc:
@@ -378,17 +398,21 @@ def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> None:
 
 
 class ChannelStream(Stream):
-    """stdout of a remote command; stderr is discarded, as for local targets, or handed to ``on_stderr``."""
+    """stdout of a remote command started by :meth:`SSHConnection.start`, from its marker line on; stderr is
+    discarded, as for local targets, or handed to ``on_stderr``."""
 
     def __init__(self, chan: paramiko.Channel, conn: SSHConnection, on_stderr=None, doing: str = "streaming"):
         self._chan = chan
         self._conn = conn
         self._on_stderr = on_stderr or (lambda data: None)
         self._doing = doing  # what a dropped link interrupted, for its message
+        self._out, self._err = AfterMarker(conn.marker), AfterMarker(conn.marker)
 
     def _drain_stderr(self) -> None:
         while self._chan.recv_stderr_ready():
-            self._on_stderr(self._chan.recv_stderr(1 << 16))
+            data = self._err.feed(self._chan.recv_stderr(1 << 16))
+            if data:
+                self._on_stderr(data)
 
     def read(self, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
@@ -396,13 +420,21 @@ class ChannelStream(Stream):
         while True:
             self._drain_stderr()
             if chan.recv_ready():
-                return chan.recv(1 << 20)
+                data = self._out.feed(chan.recv(1 << 20))
+                if self._out.found:
+                    self._conn._note_noise(self._out, self._err)
+                if data:
+                    return data
+                continue
             if chan.eof_received or chan.closed:
                 transport = chan.get_transport()
                 if transport is None or not transport.is_active():
                     raise self._conn._lost(f"while {self._doing}")
                 self._drain_stderr()
-                return b""
+                rest = self._err.end()  # no marker came: the login shell's own error
+                if rest:
+                    self._on_stderr(rest)
+                return self._out.end()  # b"" once all is read
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
@@ -414,4 +446,3 @@ class ChannelStream(Stream):
     def close(self) -> None:
         """Close the channel; the remote command gets EOF/SIGPIPE, a detached run goes on."""
         self._chan.close()
-

@@ -12,6 +12,7 @@ import paramiko
 from ..hosts import HostProfile
 from ..ssh import files as ssh_files
 from ..ssh.connection import ChannelStream, SFTPUnavailable, SSHConnection
+from ..ssh.shell import login_note
 from .base import CommandResult, Stream, Target, TargetError
 
 __all__ = ["SSHTarget"]
@@ -93,10 +94,14 @@ class SSHTarget(Target):
                         lambda: ssh_files.exec_makedirs(self, path, mode))
 
     def probe(self) -> dict:
-        """The runner's probe report, with a note when file transfers go over exec channels."""
+        """The runner's probe report, with a note when file transfers go over exec channels and one when the
+        host's login prints something before every command."""
         report = super().probe()
-        if not self.connection.check_sftp():
-            report["notes"] = [*(report.get("notes") or []), ssh_files.NO_SFTP_NOTE]
+        notes = [ssh_files.NO_SFTP_NOTE] if not self.connection.check_sftp() else []
+        if self.connection.login_noise:
+            notes.append(login_note(self.connection.login_noise))
+        if notes:
+            report["notes"] = [*(report.get("notes") or []), *notes]
         return report
 
     def close(self) -> None:
