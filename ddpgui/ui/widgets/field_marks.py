@@ -25,7 +25,8 @@ class FieldMarks:
             return self.limits
         return {"nnodes": self.nnodes if self.cluster is not None else None, "nproc_per_node": self.nproc,
                 "batch_size": self.batch, "steps": self.length, "epochs": self.length, "minutes": self.length,
-                "precision": self.precision, "compile": self.compile, "gpus": self.gpu_picker.mode}.get(field)
+                "precision": self.precision, "compile": self.compile, "gpus": self.gpu_picker.mode,
+                "name": self.name, "tags": self.tags}.get(field)
 
     def _mark(self, field: str | None, message: str = "", hint: str = "") -> None:
         """Mark the control at fault (its label red, the message as its tooltip); ``None`` clears the mark."""
