@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Optional
 
-from .capabilities import MIN_TORCH
+from .capabilities import torch_too_old
 from .scriptmode import SCRIPT_COMMAND
 
 
@@ -42,9 +42,9 @@ def _torch_problem() -> Optional[dict]:
         found = version("torch")
     except Exception:  # an unusual install without metadata: let torchrun tell
         return None
-    parts = tuple(int(p) for p in found.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts and parts < MIN_TORCH:
-        return {"error": "PyTorch %s is too old (the runner needs %d.%d or newer)" % ((found,) + MIN_TORCH),
+    too_old = torch_too_old(found)
+    if too_old:
+        return {"error": too_old,
                 "hint": "upgrade torch in %s (pip install -U torch)" % sys.executable}
     return None
 

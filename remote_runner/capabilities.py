@@ -10,6 +10,18 @@ from typing import Optional
 #: The oldest torch the runner supports.
 MIN_TORCH = (2, 1)
 
+
+def torch_too_old(version: Optional[str]) -> Optional[str]:
+    """"PyTorch X is too old (the runner needs 2.1 or newer)" for a torch version (``2.0.1+cu118``) below
+    :data:`MIN_TORCH`; None for a newer one or one that does not start with numbers (torchrun tells then).
+    The probe, ``launch`` and ``hosts test`` all refuse with these words."""
+    import re
+
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    if match is None or (int(match.group(1)), int(match.group(2))) >= MIN_TORCH:
+        return None
+    return "PyTorch %s is too old (the runner needs %d.%d or newer)" % ((version,) + MIN_TORCH)
+
 #: Dense (no sparsity) peak TFLOP/s per GPU from the vendors' data sheets: bf16 and fp16
 #: tensor-core math, tf32, and plain fp32.  None where the GPU has no such mode (no bf16
 #: before Ampere).  Matched by substring of the CUDA device name, most specific first.

@@ -428,10 +428,9 @@ def find_problems(facts: dict) -> list[dict]:
 def _torch_problems(torch_facts: dict, facts: dict, driver_gpus: list[dict], driver_cuda: Optional[str]) -> list[dict]:
     problems = []
     version = torch_facts.get("version")
-    parsed = _version_tuple(version)
-    if parsed is not None and parsed < MIN_TORCH:
-        problems.append(_problem("torch_too_old", "PyTorch %s is too old; the runner needs %d.%d or newer."
-                                 % ((version,) + MIN_TORCH),
+    too_old = capabilities.torch_too_old(version)
+    if too_old:
+        problems.append(_problem("torch_too_old", too_old + ".",
                                  "upgrade it: pip install -U torch (on GPU hosts, " + wheel_hint(driver_cuda) + ")"))
     cuda_build = torch_facts.get("cuda_build")
     built, supported = _version_tuple(cuda_build), _version_tuple(driver_cuda)

@@ -346,3 +346,15 @@ def test_a_torch_that_fails_to_import_is_never_kept(tmp_path):
         assert report["torch"] is None
         assert [p["code"] for p in report["problems"] if p["code"].startswith("torch")] == ["torch_broken"]
     assert not (cache / "ddpgui-runner").exists() or not list((cache / "ddpgui-runner").iterdir())
+
+
+@pytest.mark.parametrize("version, said", [
+    ("2.0.1+cu118", "PyTorch 2.0.1+cu118 is too old (the runner needs 2.1 or newer)"),
+    ("1.13.1", "PyTorch 1.13.1 is too old (the runner needs 2.1 or newer)"),
+    ("2.1.0", None), ("2.13.0+cpu", None), ("10.0.0", None), ("nightly", None), (None, None),
+])
+def test_one_rule_says_which_torch_is_too_old(version, said):
+    """The probe, launch and hosts test refuse an old torch with the words of capabilities.torch_too_old."""
+    from remote_runner.capabilities import torch_too_old
+
+    assert torch_too_old(version) == said

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
 from remote_runner import MIN_PYTHON, PYTHON_TOO_OLD, PYTHON_TOO_OLD_HINT
-from remote_runner.capabilities import MIN_TORCH
+from remote_runner.capabilities import torch_too_old
 
 from ..hosts import HostStore
 from ..ssh.auth import AskSecret
@@ -72,10 +71,9 @@ def check_python(target: Target) -> PythonCheck:
         check.problems.append((f"PyTorch is not installed for {check.executable}",
                                "install it there (pip install torch), or point the profile's python at the "
                                "venv/conda env that has it"))
-    torch = re.match(r"(\d+)\.(\d+)", check.torch or "")
-    if torch and (int(torch.group(1)), int(torch.group(2))) < MIN_TORCH:
-        check.problems.append((f"PyTorch {check.torch} is too old (the runner needs {MIN_TORCH[0]}.{MIN_TORCH[1]} "
-                               "or newer): launch refuses it",
+    too_old = torch_too_old(check.torch)
+    if too_old:
+        check.problems.append((f"{too_old}: launch refuses it",
                                f"upgrade torch in {check.executable} (pip install -U torch), or point the profile's "
                                "python at a venv/conda env with a newer one"))
     return check
