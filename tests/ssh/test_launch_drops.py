@@ -11,6 +11,7 @@ import getpass
 import json
 import os
 import re
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,7 @@ from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
 from remote_runner.failures import DISK_FULL_HINT
-from remote_runner.status import read_status
+from remote_runner.supervisor import supervisor_pid
 
 pytestmark = pytest.mark.slow
 
@@ -136,9 +137,21 @@ def started_once(manager, record) -> None:
     assert [e.get("event") for e in manager.store.events(record.id)].count("started") == 1
 
 
+def take_down(server) -> None:
+    """The host goes away: its sshd stops listening first, then the link drops, so no reconnect slips in between."""
+    sessions = server.connection_processes()
+    server.proc.terminate()
+    server.proc.wait(timeout=10)
+    for pid in sessions:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture
 def sshd_back(ssh_env):
-    """The session's sshd is running again after the test (a test may stop it to keep the link down)."""
+    """The session's sshd is running again after the test (a test takes it down to keep the link down)."""
     yield ssh_env.server
     if ssh_env.server.proc.poll() is not None:
         ssh_env.server.start()
@@ -174,14 +187,14 @@ def test_a_drop_just_after_the_start_was_sent_follows_the_run_it_started(ssh_env
     gate.arm("--new", when="after")  # the run is made and started on the host; its answer is lost
     record = launch_through_a_drop(manager, gate, RUN, ssh_env.server.drop_connections).result(timeout=300)
     assert run_dirs(root) == [record.id]
-    assert gate.answer()["pid"] == read_status(record.run_dirs[0])["pid"]  # the run the lost answer had started
+    assert gate.answer()["pid"] == supervisor_pid(record.run_dirs[0])  # the run the lost answer had started
     started_once(manager, record)
 
 
 def test_a_link_down_past_the_backoff_before_the_start_says_nothing_was_started(ssh_env, launching, sshd_back):
     manager, gate, root = launching()
     gate.arm("hashlib")
-    launched = launch_through_a_drop(manager, gate, RUN, ssh_env.server.stop)
+    launched = launch_through_a_drop(manager, gate, RUN, lambda: take_down(ssh_env.server))
     with pytest.raises(TargetError):
         launched.result(timeout=120)
     record = manager.store.list_runs()[0]
@@ -195,7 +208,7 @@ def test_a_link_down_past_the_backoff_before_the_start_says_nothing_was_started(
 def test_a_link_down_past_the_backoff_after_the_start_was_sent_is_followed_once_back(ssh_env, launching, sshd_back):
     manager, gate, root = launching()
     gate.arm("--new", when="after")
-    launched = launch_through_a_drop(manager, gate, RUN, ssh_env.server.stop)
+    launched = launch_through_a_drop(manager, gate, RUN, lambda: take_down(ssh_env.server))
     with pytest.raises(TargetError):
         launched.result(timeout=120)
     record = manager.store.list_runs()[0]
@@ -210,7 +223,7 @@ def test_a_link_down_past_the_backoff_after_the_start_was_sent_is_followed_once_
 def test_a_start_cut_off_before_the_host_made_the_run_is_said_when_followed(ssh_env, launching, sshd_back):
     manager, gate, root = launching()
     gate.arm("--new")  # held before the runner ran: the host never makes the run
-    launched = launch_through_a_drop(manager, gate, RUN, ssh_env.server.stop)
+    launched = launch_through_a_drop(manager, gate, RUN, lambda: take_down(ssh_env.server))
     with pytest.raises(TargetError):
         launched.result(timeout=120)
     record = manager.store.list_runs()[0]
