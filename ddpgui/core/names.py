@@ -45,3 +45,16 @@ def name_problem(text: object, refused: str = "", option_like: bool = True, empt
 def _listed(words: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def run_label_problem(name: str, tags: list[str]) -> tuple[str, str] | None:
+    """(the refusal, its field: "name" or "tags") for a run's name or first bad tag, as the CLI's --name and
+    --tag refuse them; None when both are fine."""
+    problem = name_problem(name)
+    if problem:
+        return f"the name {problem}", "name"
+    for tag in tags:
+        problem = name_problem(tag)
+        if problem:
+            return f"the tag {problem}", "tags"
+    return None

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from ddpgui.core.errors import describe
 from ddpgui.core.gpus.launching import without_gpu_env
 from ddpgui.core.hosts.slurm_options import SlurmOptions
-from ddpgui.core.names import name_problem
+from ddpgui.core.names import run_label_problem
 from ddpgui.core.runs.multinode import max_processes
 from ddpgui.core.slurm.partitions import request_problems
 from remote_runner.config import (
@@ -389,17 +389,6 @@ class LaunchPanel(FieldMarks, QWidget):
         self.advanced.setChecked(any(k in settings for k in advanced) or bool(script and script.get("loss_series")))
         self.validate()
 
-    def _name_problem(self) -> tuple[str, str | None]:
-        """The run name's or a tag's problem (the CLI's own check of --name and --tag), and its field."""
-        problem = name_problem(self.name.text().strip())
-        if problem:
-            return f"the name {problem}", "name"
-        for tag in (t.strip() for t in self.tags.text().split(",")):
-            problem = name_problem(tag)
-            if problem:
-                return f"the tag {problem}", "tags"
-        return "", None
-
     def validate(self) -> bool:
         """Inline validation through the runner's own config check; returns whether Launch may go."""
         self.script_box.setVisible(self.workload.currentText() == SCRIPT)
@@ -426,7 +415,7 @@ class LaunchPanel(FieldMarks, QWidget):
         except (TypeError, ValueError) as exc:
             error = str(exc)
         if not error:
-            error, field = self._name_problem()
+            error, field = run_label_problem(self.name.text().strip(), checked.get("tags") or []) or (error, field)
         if not error and self.cluster is not None and self.partitions:
             problems = request_problems(self.partitions, self.cluster, self.nnodes.value(), self.nproc.value(),
                                         uses_gpus(self.cluster))
