@@ -103,10 +103,23 @@ def _encode(record: dict) -> bytes:
     """One JSONL line; NaN and infinities (a diverged loss) become null."""
     try:
         line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
-    except ValueError:
-        record = {k: clean_number(v) if isinstance(v, float) else v for k, v in record.items()}
-        line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    except ValueError:  # a NaN or infinity somewhere, at any depth, or behind a numpy/torch scalar
+        line = json.dumps(_finite(record), separators=(",", ":"), allow_nan=False, default=_jsonable)
     return line.encode("utf-8") + b"\n"
+
+
+def _finite(value: object) -> object:
+    """``value`` with every NaN and infinity, at any depth, as None (numpy/torch scalars as plain values)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float):
+        return clean_number(value)
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    return _finite(item()) if callable(item) else value
 
 
 def _jsonable(value: object) -> object:

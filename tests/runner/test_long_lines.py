@@ -102,3 +102,19 @@ def test_follow_of_a_run_dir_with_huge_lines_keeps_everything_after_them(tmp_pat
         assert len(warnings) == 2 and all("oversize line" in w["message"] for w in warnings)
         assert store.offsets("r1")[METRICS] == os.path.getsize(run_dir / METRICS)
         assert store.offsets("r1")[EVENTS] == os.path.getsize(run_dir / EVENTS)
+
+
+def test_a_record_with_nan_or_infinity_at_any_depth_is_written_with_null_there(tmp_path):
+    """A diverged value in a nested list or dict, or behind a torch or numpy scalar, is null in the spool: the
+    writer never raises on a value (the hypothesis test of tests/core/test_ingest_bad_values.py drew one)."""
+    import numpy as np
+    import torch
+
+    path = tmp_path / "metrics.jsonl"
+    with SpoolWriter(str(path)) as writer:
+        writer.write({"step": 1, "hist": [1.0, float("nan"), {"x": float("-inf")}], "loss": torch.tensor(float("inf")),
+                      "lr": np.float32("nan"), "ok": torch.tensor(2.5)})
+    (line,) = path.read_text().splitlines()
+    record = json.loads(line)
+    assert record["hist"] == [1.0, None, {"x": None}] and record["loss"] is None and record["lr"] is None
+    assert record["ok"] == 2.5 and record["step"] == 1
