@@ -142,14 +142,24 @@ def test_a_lightning_cli_script_given_bf16_runs_in_bf16_and_says_so(tmp_path):
     # What Lightning said at start-up: its AMP, and its DDP strategy's backend and processes
     assert [reported(store, run, s) for s in ("precision", "world_size", "backend")] == ["bf16", 2, "gloo"]
     assert settings_warnings(run.config, script_reports(store, run.id)) == []
-    # Its Rich bar (LightningCLI's default with rich installed) redraws 10 times a second and may skip a fast
-    # step's frame: every value stored is the one the script had at that step, the last step's among them
+    # Its Rich bar (LightningCLI's default with rich installed) redraws 10 times a second from a thread of its
+    # own, and may skip a fast step's frame. It may also draw one between Lightning's advancing the bar and its
+    # setting the step's metrics (RichProgressBar.on_train_batch_end: _update, then _update_metrics): that frame
+    # shows step n with step n-1's loss, and when the next frame is already at n+1 that is all the output ever
+    # said of step n (seen once in a loaded suite). Every value stored is the script's at that step or, from such
+    # a frame, at the step before; the last step's is its own.
     s = store.series(run.id, keys=["step", "loss"])
     keep = np.isfinite(s["loss"])
     got = dict(zip(s["step"][keep].astype(int).tolist(), s["loss"][keep].tolist()))
     loss = {t["step"]: t["loss"] for t in truth}
     assert sorted(loss) == list(range(1, 13)) and 12 in got and len(got) >= 6, got
-    assert all(abs(v - loss[step]) <= 5e-4 * abs(loss[step]) + 1e-3 for step, v in got.items()), (got, loss)
+
+    def close(value, step):
+        return abs(value - loss[step]) <= 5e-4 * abs(loss[step]) + 1e-3
+
+    drawn_early = {step: v for step, v in got.items() if not close(v, step)}
+    assert all(step > 1 and close(v, step - 1) for step, v in drawn_early.items()), (drawn_early, got, loss)
+    assert close(got[12], 12), (got, loss)
 
 
 def test_a_transformers_script_with_compile_on_compiles(tmp_path):
