@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: run demo test bench gpu-check system-deps clean
+.PHONY: run demo test test-deps bench gpu-check system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,12 +45,20 @@ system-deps:
 # The suite on TEST_WORKERS processes (pytest-xdist, whole test files to each: a module's fixtures are made once;
 # most tests wait on torchrun, sshd or Slurm), then the tests
 # marked `last` (the scan for leaked secrets) in a session of their own that sees every file the first one wrote.
+# Files go to the workers longest first, as tests/conftest.py orders them (--no-loadscope-reorder keeps that order).
+# The system packages (apt) and the venv (pip) install side by side: neither waits on the other.
 TEST_WORKERS ?= 2
-test: system-deps $(VENV)/.stamp-test
+test-deps:
+	@bash .ci/system-deps & sysdeps=$$!; \
+	$(MAKE) --no-print-directory $(VENV)/.stamp-test; venv=$$?; \
+	wait $$sysdeps; sys=$$?; \
+	if [ $$sys -ne 0 ]; then exit $$sys; fi; exit $$venv
+
+test: test-deps
 	$(VENV)/bin/ruff check .
 	@root=$$(mktemp -d /tmp/ddpgui-tests-XXXXXX); \
-	echo "$(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m 'not last' $(PYTEST_ARGS)"; \
-	DDPGUI_TEST_ROOT=$$root $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m "not last" --basetemp=$$root/tmp $(PYTEST_ARGS); \
+	echo "$(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not last' $(PYTEST_ARGS)"; \
+	DDPGUI_TEST_ROOT=$$root $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not last" --basetemp=$$root/tmp $(PYTEST_ARGS); \
 	rc=$$?; \
 	echo "$(PY) -m pytest -ra -m last"; \
 	DDPGUI_TEST_ROOT=$$root DDPGUI_TEST_TMP=$$root/tmp $(PY) -m pytest -ra -m last; \

@@ -7,6 +7,7 @@ tests never touch the user's real files and the tests marked ``last`` (run after
 suite on two workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
 ``DDPGUI_TEST_ROOT`` for both (and removes it), so every worker writes there and the scan reads it all.
 """
+import json
 import os
 import shutil
 import tempfile
@@ -66,10 +67,34 @@ def memory_keyring() -> MemoryKeyring:
     return backend
 
 
+#: Seconds each test file took in a measured run (tests/helpers/file_costs.py writes it from a JUnit XML report).
+FILE_COSTS = Path(__file__).with_name("file_costs.json")
+#: A file not measured yet is placed as one of the slower ones: new files are mostly real runs.
+UNMEASURED_FILE_S = 60.0
+
+
+def _file_costs() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(FILE_COSTS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 @pytest.hookimpl(trylast=True)  # after any plugin that reorders (e.g. pytest-randomly)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``last`` run after every other test (the leak scan reads what the whole suite wrote)."""
-    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: keeps the rest in order
+    """Tests marked ``last`` run after every other test (the leak scan reads what the whole suite wrote); before
+    them, whole files from the longest to the shortest, as measured (``FILE_COSTS``).
+
+    ``make test`` hands whole files to two workers in collection order (``--dist loadfile
+    --no-loadscope-reorder``): longest first keeps both busy to the end instead of leaving one worker alone with
+    a long file in the last minutes. Tests keep their order within a file."""
+    costs = _file_costs()
+
+    def cost(item: pytest.Item) -> float:
+        return costs.get(item.nodeid.split("::", 1)[0], UNMEASURED_FILE_S)
+
+    items.sort(key=lambda item: (item.get_closest_marker("last") is not None, -cost(item),
+                                 item.nodeid.split("::", 1)[0]))  # stable: a file's tests keep their order
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
