@@ -104,7 +104,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.gpus_tab, "GPUs")
         self.sweeps = SweepsBar(self.manager, self.workers.start)
         self.statusBar().addPermanentWidget(self.sweeps)
-        self.store_banner = QLabel(objectName="store_banner", wordWrap=True, visible=False)
+        self.store_banner = QLabel(objectName="store_banner", wordWrap=True, visible=False,
+                                   styleSheet="color: #b3261e; font-weight: 600;")  # nothing is being kept: say so
         self.statusBar().addWidget(self.store_banner, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="main_splitter")
         self.splitter.addWidget(left)
