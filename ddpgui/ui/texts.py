@@ -26,6 +26,8 @@ def required_or(label: str, message: str) -> str:
     message = without_class_name(message)
     field, sep, rest = message.partition(": ")
     rest = rest if sep and " " not in field else message
+    if rest.endswith(" is empty"):  # core.names' words for an empty name ("the host name is empty")
+        return f"{label} is required"
     if _EMPTY.search(rest):
         rule = _EMPTY.sub("", rest).removeprefix("must be ").strip()
         return f"{label} is required" + (f" ({rule})" if rule else "")
