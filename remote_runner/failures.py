@@ -16,7 +16,7 @@ from typing import Optional
 
 from . import capabilities
 from .capabilities import MIN_TORCH
-from .fsutil import NO_SPACE
+from .fsutil import NO_SPACE, free_bytes
 from .spools import STDERR, STDOUT
 from .status import read_status
 
@@ -73,20 +73,6 @@ _FULL_BELOW = 64 << 10
 #: A full disk (or quota) in the last line of a runner traceback (the client reads it: targets.base).
 NO_SPACE_TEXT = re.compile(r"No space left on device|\[Errno 28\]|ENOSPC|\[Errno 122\]|Disk quota exceeded")
 NO_SPACE_PATH = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
-
-
-def free_bytes(path: str) -> Optional[int]:
-    """Bytes free for unprivileged users on the filesystem holding ``path`` (or its nearest existing parent)."""
-    path = os.path.abspath(path)
-    while True:
-        try:
-            st = os.statvfs(path)
-            return st.f_bavail * st.f_frsize
-        except OSError:
-            parent = os.path.dirname(path)
-            if parent == path:
-                return None
-            path = parent
 
 
 def disk_full_text(path: str, who: str) -> str:

@@ -1,11 +1,27 @@
-"""General file and process helpers: atomic replacement, in-place overwrite, full-disk errors, live pids."""
+"""General file and process helpers: atomic replacement, in-place overwrite, full-disk errors and free space,
+live pids."""
 import errno
 import os
+import shutil
 import tempfile
 from typing import Optional
 
 #: The errors of a full disk (or a full quota).
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(path: str) -> Optional[int]:
+    """Bytes free for unprivileged users on the filesystem holding ``path`` (or its nearest existing parent);
+    None when it cannot be told."""
+    path = os.path.abspath(path)
+    while True:
+        try:
+            return shutil.disk_usage(path).free
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:

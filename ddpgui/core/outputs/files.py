@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from remote_runner.fsutil import NO_SPACE
+from remote_runner.fsutil import NO_SPACE, free_bytes
 
 from ..errors import HintedError
 
@@ -62,18 +61,11 @@ def output_error(path: Path, exc: OSError, folder: bool = False) -> OutputError:
         return OutputError(f"cannot make the output folder {path}: {reason}",
                            "choose a folder you may write to (a name that is not a file's)")
     if exc.errno in NO_SPACE:
-        free = _free_bytes(path.parent)
+        free = free_bytes(str(path.parent))
         left = f", which leaves {_size(free)} free in {path.parent}" if free is not None else ""
         return OutputError(f"{path} was not written: no space left on the disk; the partial file was removed{left}",
                            "free some space on that disk, or write the export to another folder")
     return OutputError(f"cannot write {path}: {reason}", "choose an output folder you may write to")
-
-
-def _free_bytes(folder: Path) -> int | None:
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return None
 
 
 def _size(n: int) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from remote_runner.fsutil import free_bytes
 
 from .records import StoreCorruptError, StoreFileError, StoreFullError, StoreReadOnlyError
 
@@ -38,16 +39,8 @@ def empty_error(path: Path) -> StoreCorruptError:
         f"remove it (rm {shlex.quote(str(path))}), then take back the runs on your hosts, every point, with `ddpgui adopt HOST`")
 
 
-def free_bytes(path: Path) -> int | None:
-    """Bytes free for this user on the disk holding ``path``'s folder (None when it cannot be told)."""
-    try:
-        return shutil.disk_usage(path.parent).free
-    except OSError:
-        return None
-
-
-def full_error(path: Path, exc: object = "") -> StoreFullError:
-    free = free_bytes(path)
+def full_error(path: Path) -> StoreFullError:
+    free = free_bytes(str(path.parent))
     return StoreFullError(
         f"the disk of the run store is full ({path}, {'?' if free is None else free} bytes free)",
         "free some space on that disk: following goes on by itself from where it stopped, nothing is lost (the "
@@ -83,8 +76,8 @@ def store_error(path: Path, exc: BaseException) -> StoreFileError:
     text = str(exc)
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text:
         return corrupt_error(path, exc)
-    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and free_bytes(path) == 0):
-        return full_error(path, exc)
+    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and free_bytes(str(path.parent)) == 0):
+        return full_error(path)
     reason = read_only_reason(path) if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR",
                                                          "SQLITE_PERM", "SQLITE_AUTH")) else None
     if reason is not None:
