@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
-from pathlib import Path
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices, QKeySequence
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QMessageBox
 
 from .tensorboard_io import export_to_tensorboard, import_tensorboard_folder
@@ -48,26 +46,11 @@ def versions() -> dict[str, str]:
             "PySide6": PySide6.__version__}
 
 
-def documentation_url() -> QUrl | None:
-    """The README next to the package (a source checkout), else a web page the installed package names."""
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    if readme.is_file():
-        return QUrl.fromLocalFile(str(readme))
-    try:
-        meta = metadata.metadata("ddpgui")
-    except metadata.PackageNotFoundError:
-        return None
-    urls = [u.split(",", 1)[-1].strip() for u in meta.get_all("Project-URL") or []] + [meta.get("Home-page") or ""]
-    return next((QUrl(u) for u in urls if u.startswith("http")), None)
+def open_documentation(window, opener=None):
+    """Help ▸ Documentation: docs/index.md in the desktop's browser, else in the app (``dialogs.docs_viewer``)."""
+    from .dialogs.docs_viewer import open_guides
 
-
-def open_documentation(window) -> None:
-    url = documentation_url()
-    if url is None:
-        window.statusBar().showMessage("No documentation found with this installation: see the README of the "
-                                       "ddpgui source", 10000)
-    else:
-        QDesktopServices.openUrl(url)
+    return open_guides(window, opener)
 
 
 def build_menus(window) -> None:

@@ -117,7 +117,7 @@ def test_shortcuts_documentation_and_export(window, qtbot, monkeypatch):
     opened = []
     monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
     _menu_action(window, "menu_docs").trigger()
-    assert len(opened) == 1 and opened[0].toLocalFile().endswith("README.md")
+    assert len(opened) == 1 and opened[0].toLocalFile().endswith("docs/index.md")
     exported = []
     monkeypatch.setattr(window, "run_action", lambda action, ids: exported.append((action, ids)))
     _menu_action(window, "menu_export").trigger()
