@@ -122,7 +122,8 @@ class DocsViewer(QDialog):
         self.fit_timer.timeout.connect(self.fit_images)
         self.back.setEnabled(False)
         self.forward.setEnabled(False)
-        self.resize(980, 700)
+        room = (parent.screen() if parent is not None else self.screen()).availableGeometry()
+        self.resize(min(980, int(room.width() * 0.9)), min(760, int(room.height() * 0.9)))  # a laptop's screen too
         self.browser.setSource(self.index_url())
 
     def index_url(self) -> QUrl:
