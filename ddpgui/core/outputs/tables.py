@@ -10,24 +10,14 @@ import time
 from pathlib import Path
 
 from ..analysis.comparison import HIGHER_IS_BETTER, Comparison
+from ..analysis.metric_names import UNITS, metric_unit
 from ..analysis.run_stats import RUN_METRICS
 from ..analysis.stats import Estimate, Ratio
 from .figures import caption_text
 from .files import output_file
 
-#: Unit of each summarised metric ("{throughput}" is the runs' own throughput unit).
-UNITS = {"throughput": "{throughput}", "mem_peak_gib": "GiB", "compile_s": "s", "time_to_n_s": "s",
-         "final_loss": "", "best_loss": "", "gpu_util_pct": "%", "energy_j": "J", "energy_per_1000_steps_j": "J",
-         "duration_s": "s", "cost": "price unit", "cost_per_1000_steps": "price unit",
-         "speedup": "×", "memory_saving": "fraction", "scaling_efficiency": "fraction"}
 SUMMARY_COLUMNS = ("level", "id", "label", "runs", "metric", "unit", "value", "std", "ci95", "low", "high", "n",
                    "over", "reason")
-
-
-def metric_unit(metric: str, comparison: Comparison) -> str:
-    """The unit of a summarised metric (throughput in the compared runs' own unit)."""
-    unit = UNITS.get(metric, "")
-    return comparison.runs[0].throughput_unit if unit == "{throughput}" else unit
 
 
 def _number(value: float | None) -> str:
