@@ -368,7 +368,8 @@ class MainWindow(QMainWindow):
 
     def new_sweep(self) -> SweepDialog:
         """The sweep dialog over the launch form's settings; Start hands the sweep to the sweeps bar."""
-        dialog = SweepDialog(self.launch_panel.settings(), self.hosts, self.hosts_panel.current(), self)
+        dialog = SweepDialog(self.launch_panel.settings(), self.hosts, self.hosts_panel.current(), self,
+                             probes=self.hosts_panel.probes)
         dialog.accepted.connect(lambda: self.sweeps.start(dialog.spec()))
         dialog.open()
         return dialog

@@ -17,6 +17,7 @@ from remote_runner.config import ConfigError, RunConfig, env_problem
 
 from ..gpus.picker import GpuChoiceError, parse_gpu_choice
 from ..hosts import HostNotFound, HostStore
+from ..hosts.precisions import host_precision_problems
 from ..names import name_problem
 from ..runs.config import make_config, new_run_id
 from ..store import SweepCell, SweepRecord
@@ -222,9 +223,12 @@ def _seed_policy(base: dict, matrix: dict[str, list], repeats: int) -> tuple[boo
     return True, f"repeat r uses seed r (0..{repeats - 1}), so the repeats differ; fix --seed to give all one seed"
 
 
-def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRecord, list[SweepCell]]:
+def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None,
+               probes: dict[str, dict | None] | None = None) -> tuple[SweepRecord, list[SweepCell]]:
     """The sweep and its cells, every cell validated with make_config; raises SweepError (nothing is stored).
 
+    ``probes`` (host → its probe report, None where not probed): a cell's precision a host is not offered (the
+    launch form's rule, :func:`~ddpgui.core.hosts.precisions.host_precision_problems`) is refused with the reason.
     Cells are ordered repeat by repeat (every combination once, then again), so
     the first results cover the whole matrix; each host takes its cells in that order.
     """
@@ -263,12 +267,24 @@ def plan_sweep(spec: SweepSpec, hosts: HostStore | None = None) -> tuple[SweepRe
                 # A cluster's runs are Slurm jobs: several nodes need no endpoint (the job finds its own)
                 _validate(dict(settings, scheduler="slurm") if slurm else settings, values)
             for host in names:
+                if probes is not None:
+                    _check_precision(settings.get("precision"), host, probes.get(host), hosts)
                 cells.append(SweepCell(sweep_id=sweep_id, index=len(cells), host=host, settings=settings,
                                        repeat=repeat, label=cell_label(values, repeat, spec.repeats, host,
                                                                        len(names) > 1)))
     sweep = SweepRecord(id=sweep_id, name=name, hosts=names, base=base, matrix=matrix, repeats=spec.repeats,
                         parallel=bool(spec.parallel), seeds=seeds)
     return sweep, cells
+
+
+def _check_precision(precision: str | None, host: str, probe: dict | None, hosts: HostStore | None) -> None:
+    profile = hosts.get(host) if hosts is not None else None
+    cluster = profile.slurm if profile is not None and profile.is_slurm else None
+    reason = host_precision_problems(probe, cluster).get(precision) if precision else None
+    if reason:
+        shown = profile.display_name if profile is not None else host
+        raise SweepError(f"precision {precision} on {shown}: {reason}", f"untick {precision}, or leave {shown} out",
+                         axis="precision")
 
 
 def _validate(settings: dict, values: dict) -> None:

@@ -1,4 +1,7 @@
-"""The "New sweep…" dialog: the launch form's settings as the base, plus the axes, checked live by plan_sweep."""
+"""The "New sweep…" dialog: the launch form's settings as the base, plus the axes, checked live by plan_sweep.
+
+A precision the checked hosts are not offered (the launch form's rule, :mod:`ddpgui.core.hosts.precisions`) is
+greyed and unticked, its reason as its tooltip and under the list; plan_sweep refuses it too."""
 from __future__ import annotations
 
 import shlex
@@ -18,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.hosts import HostStore
+from ddpgui.core.hosts.precisions import precision_problems
 from ddpgui.core.sweeps import SweepError, SweepSpec, plan_sweep
 from ddpgui.core.sweeps.plan import arg_option, put_named_axes
 from remote_runner.config import COMPILE_MODES, PRECISIONS
@@ -31,12 +35,14 @@ _NOT_BASE = ("name", "run_id")
 
 
 def _checkable(values, checked) -> QListWidget:
-    widget = QListWidget(maximumHeight=24 * min(4, len(values)) + 6)
+    widget = QListWidget()
     for value in values:
         item = QListWidgetItem(value)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked if value in checked else Qt.CheckState.Unchecked)
         widget.addItem(item)
+    rows = max(1, min(4, len(values)))  # as tall as its rows (4 at most, then it scrolls)
+    widget.setFixedHeight(rows * max(widget.sizeHintForRow(0), widget.fontMetrics().height()) + 2 * widget.frameWidth() + 2)
     return widget
 
 
@@ -85,12 +91,15 @@ def parse_counts(text: str, what: str) -> list[int]:
 class SweepDialog(QDialog):
     """Axes over the launch form's settings; Start stays disabled while :func:`plan_sweep` refuses the sweep."""
 
-    def __init__(self, base: dict, hosts: HostStore, current_host: str = "local", parent=None):
+    def __init__(self, base: dict, hosts: HostStore, current_host: str = "local", parent=None,
+                 probes: dict[str, dict] | None = None):
+        """``probes``: host → its probe report (the hosts panel's), which bounds the precisions offered."""
         super().__init__(parent)
         self.setWindowTitle("New sweep")
         self.setObjectName("sweep_dialog")
         self.base = {k: v for k, v in base.items() if k not in _NOT_BASE}
         self.hosts = hosts
+        self.probes = dict(probes or {})
         self.cells = 0
         self.name = QLineEdit(objectName="sweep_name", placeholderText="default: the axes and the date")
         self.checks = {key: _checkable(choices, [str(self.base.get(key, ""))])
@@ -112,6 +121,8 @@ class SweepDialog(QDialog):
                                   toolTip="Each cell gets one free GPU per process when it starts (never one another "
                                           "cell of the sweep holds); a cell that does not fit waits and says why. "
                                           "A host without GPUs runs as many cells as its CPUs hold.")
+        self.precision_note = QLabel(objectName="sweep_precision_note", wordWrap=True, visible=False,
+                                     styleSheet="color: palette(placeholder-text)")
         self.error = QLabel(objectName="sweep_error", wordWrap=True, styleSheet="color: #d93025")
         self.count = QLabel(objectName="sweep_count")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -126,6 +137,8 @@ class SweepDialog(QDialog):
         for key, title, _ in CHECK_AXES:
             self.checks[key].setObjectName(f"sweep_{key}")
             form.addRow(title, self.checks[key])
+            if key == "precision":
+                form.addRow("", self.precision_note)
         for key, title, _ in COMMA_AXES:
             form.addRow(title, self.commas[key])
         if self.script:
@@ -176,8 +189,9 @@ class SweepDialog(QDialog):
     def validate(self) -> bool:
         """Plan the sweep as it stands: the refusal inline and Start disabled, or the number of runs."""
         error = ""
+        self._bound_precisions()
         try:
-            _, cells = plan_sweep(self.spec(), self.hosts)
+            _, cells = plan_sweep(self.spec(), self.hosts, {h: self.probes.get(h) for h in self.hosts.names()})
         except SweepError as exc:
             error = str(exc) + (f" — {exc.hint}" if exc.hint else "")
             cells = []
@@ -187,6 +201,27 @@ class SweepDialog(QDialog):
         self.count.setText("" if error else self._count_text(cells))
         self.start_button.setEnabled(not error)
         return not error
+
+    def _bound_precisions(self) -> None:
+        """Grey (and untick) the precisions the checked hosts are not offered, the reason as tooltip and note."""
+        nodes = [(self.hosts.get(h).display_name, self.probes.get(h)) for h in _checked(self.host_list)]
+        problems = precision_problems(nodes) if nodes else {}
+        widget, refused = self.checks["precision"], []
+        widget.blockSignals(True)
+        for i in range(widget.count()):
+            item = widget.item(i)
+            reason = problems.get(item.text())
+            enabled = Qt.ItemFlag.ItemIsEnabled
+            item.setFlags(item.flags() & ~enabled if reason else item.flags() | enabled)
+            item.setToolTip(reason or "")
+            if reason:
+                item.setCheckState(Qt.CheckState.Unchecked)
+                refused.append(item.text())
+        widget.blockSignals(False)
+        where = ", ".join(name for name, _ in nodes)
+        self.precision_note.setText(f"{', '.join(refused)}: not offered on {where} (hover for why)" if refused else "")
+        self.precision_note.setToolTip("\n".join(f"{p}: {problems[p]}" for p in refused))
+        self.precision_note.setVisible(bool(refused))
 
     def _count_text(self, cells) -> str:
         text = f"{len(cells)} run{'s' if len(cells) != 1 else ''}"

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from ddpgui.core.errors import describe
 from ddpgui.core.gpus.launching import without_gpu_env
+from ddpgui.core.hosts.precisions import precision_problems
 from ddpgui.core.hosts.slurm_options import SlurmOptions
 from ddpgui.core.names import run_label_problem
 from ddpgui.core.runs.multinode import max_processes
@@ -43,7 +44,6 @@ from remote_runner.config import (
     ConfigError,
     config_from_dict,
 )
-from remote_runner.probe import precision_problems as probe_precision_problems
 
 from ..dialogs.script_mapping import MappingDialog
 from .field_marks import FieldMarks
@@ -55,7 +55,6 @@ from .slurm_view import (
     MAX_NODES_UNKNOWN,
     ElidedLabel,
     cluster_partition,
-    cluster_precision_probe,
     limits_text,
     processes_per_node,
     uses_gpus,
@@ -66,11 +65,6 @@ SCRIPT = "my own script"
 LENGTH_UNITS = ("steps", "epochs", "minutes")
 #: The length of a script that runs as long as it does (unknown to us: steps and rate, no total or ETA).
 SCRIPT_LENGTH = "as the script runs"
-
-
-def precision_problems(probe: dict | None) -> dict[str, str | None]:
-    """precision → why this host cannot run it (None when it can), from the host's probe report."""
-    return probe_precision_problems(probe) if probe else {p: None for p in PRECISIONS}
 
 
 class LaunchPanel(FieldMarks, QWidget):
@@ -246,7 +240,6 @@ class LaunchPanel(FieldMarks, QWidget):
         self.limits.setVisible(self.cluster is not None)
         if self.cluster is not None:
             self._set_cluster(display_names[0], probes[0])
-            probes = [cluster_precision_probe(probes[0], self.cluster)]  # its compute nodes, not the login node
         else:
             self.partitions = []
             limit, what = min(max_processes(p) for p in probes)
@@ -262,12 +255,7 @@ class LaunchPanel(FieldMarks, QWidget):
             self.nodes_label.setText(f"{len(names)} nodes: {display_names[0]} (node 0), " + ", ".join(display_names[1:]))
             self.nodes_label.setVisible(True)
             self.nproc_label.setText(f"per node, of {limit} {what} on the smallest node{unknown}")
-        self.problems = {}
-        for precision in PRECISIONS:
-            reasons = [(n, precision_problems(p).get(precision)) for n, p in zip(display_names, probes)]
-            reasons = [(n, r) for n, r in reasons if r]
-            self.problems[precision] = None if not reasons else reasons[0][1] if len(names) == 1 else \
-                "; ".join(f"{n}: {r}" for n, r in reasons)
+        self.problems = precision_problems(list(zip(display_names, probes)), self.cluster)  # as the sweep dialog's
         if self.problems.get(self.precision.currentText()):
             self.precision.setCurrentIndex(0)  # fp32, or a script's "as the script does"
         self.validate()

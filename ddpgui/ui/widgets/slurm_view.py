@@ -116,13 +116,6 @@ def cluster_partition(probe: dict | None, options: SlurmOptions) -> tuple[Partit
     return (find_partition(partitions, options.partition) if partitions else None), partitions
 
 
-def cluster_precision_probe(probe: dict | None, options: SlurmOptions) -> dict:
-    """What the precisions are judged by on a cluster: its compute nodes (GPUs when the profile asks for them),
-    not the login node the probe ran on; the login node's torch says whether CPU fp16 autocast works."""
-    gpus = [{}] * options.gpus_per_node
-    return {"gpus": gpus, "best_device": "cuda" if gpus else "cpu", "torch": (probe or {}).get("torch") or {}}
-
-
 # ---- runs ----------------------------------------------------------------------------------------
 def slurm_of(run: RunRecord) -> dict:
     return dict((run.environment or {}).get("slurm") or {})
