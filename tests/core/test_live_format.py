@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpgui.core.runs.live import RATE_WINDOW_S, LiveRun, format_number, stats_line
+from ddpgui.core.runs.live import RATE_WINDOW_S, LiveRun, format_number, format_rate, shown_rates, stats_line
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compile"
 
@@ -14,6 +14,29 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compile"
                                         (1.5e5, "1.50e+05"), (float("nan"), "nan")])
 def test_numbers_keep_three_significant_digits(value, text):
     assert format_number(value) == text
+
+
+@pytest.mark.parametrize("value,text", [(0.5, "0.500 steps/s"), (99.64, "99.6 steps/s"), (320.0, "320 steps/s"),
+                                        (999.6, "1.00k steps/s"), (6551.12, "6.55k steps/s"),
+                                        (12_345.0, "12.3k steps/s"), (999_999.7, "1.00M steps/s"), (None, "- steps/s")])
+def test_rates_keep_three_significant_digits(value, text):
+    assert format_rate(value, "steps/s") == text
+
+
+def test_an_ended_runs_two_rates_come_from_one_mean():
+    """The walk-through's run: 99.6 steps/s since its first (warm-up) record beside the runner's steady 6,551
+    samples/s at a global batch of 64. Both now come from the steady mean: 6551 / 64 = 102 steps/s."""
+    live = LiveRun(total_steps=200, state="running")
+    live.add_metric(_interval(0.0, 1, 640.0, batch=64, warmup=True))  # the slow first step
+    for i in range(1, 200):
+        live.add_metric(_interval(0.0 + 0.00998 * i + 0.01 * (i > 0), 1 + i, 6551.0, batch=64))
+    live.add_event({"event": "summary", "steady_samples_per_s": 6551.0})
+    live.add_event({"event": "finished", "t": 3.0})
+    steps_per_s, samples_per_s = shown_rates(live, active=False)
+    assert live.steps_per_s != pytest.approx(steps_per_s, rel=0.01)  # what the header said before
+    assert samples_per_s == 6551.0 and steps_per_s * 64 == pytest.approx(samples_per_s)
+    line = stats_line(live, active=False)
+    assert "102 steps/s" in line and "6.55k samples/s" in line, line
 
 
 def test_the_header_never_reads_loss_zero_for_a_small_loss():
@@ -40,7 +63,7 @@ def test_live_samples_per_s_is_the_window_mean_and_agrees_with_steps_per_s():
     assert samples_per_s < live.samples_per_s  # the instantaneous last value is the fast one: 800
     assert live.recent[-1][0] - live.recent[1][0] < RATE_WINDOW_S <= live.recent[-1][0] - live.recent[0][0]
     line = stats_line(live, active=True)
-    assert "40.0 steps/s" in line and "320.0 samples/s" in line, line
+    assert "40.0 steps/s" in line and "320 samples/s" in line, line
 
 
 def test_without_a_global_batch_the_window_weights_each_interval_by_its_time():

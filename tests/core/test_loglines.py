@@ -56,7 +56,7 @@ def test_a_stopped_runs_life_and_its_end_with_the_summary(store):
     first, *rest = lines.after
     assert first == f"{MARK} {_clock(T0 + 72)}  run stopped by you (SIGTERM) after 01:12: 40 steps"
     assert [line.split(None, 1)[1] for line in rest] == [
-        "final loss          0.0250", "steady throughput   1000.0 samples/s", "compile time        22.0 s"]
+        "final loss          0.0250", "steady throughput   1.00k samples/s", "compile time        22.0 s"]
 
 
 def test_a_failed_run_ends_with_its_error_and_hint(store):

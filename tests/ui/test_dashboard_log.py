@@ -78,7 +78,7 @@ def test_the_run_lines_go_with_its_log_as_they_arrive_and_its_end_brings_the_sum
                                                                        "from here")
     assert tail[4].endswith("run stopped by you (SIGTERM) after 01:12: 40 steps")
     assert [line.split(None, 1)[1] for line in tail[5:]] == [
-        "final loss          0.5000", "steady throughput   1000.0 samples/s", "compile time        22.0 s"]
+        "final loss          0.5000", "steady throughput   1.00k samples/s", "compile time        22.0 s"]
     assert "Traceback" not in text
     board.on_update(RunUpdate("r", 0, run=store.get_run("r")))  # the end announced again: shown once
     assert board.log.toPlainText() == text

@@ -396,23 +396,30 @@ def format_number(value: float | None, digits: int = 3, missing: str = "–") ->
 
 
 def format_rate(value: float | None, unit: str) -> str:
+    """A rate to 3 significant digits (:func:`format_number`), thousands as k and millions as M: ``99.6 steps/s``,
+    ``6.55k samples/s``, ``1.23M tok/s``."""
     if value is None:
         return f"- {unit}"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f}M {unit}"
-    if value >= 1e4:
-        return f"{value / 1e3:.1f}k {unit}"
-    return f"{value:.1f} {unit}"
+    rounded = abs(float(format_number(value))) if math.isfinite(value) else 0.0  # 999.6 → 1000: "1.00k"
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if rounded >= scale:
+            return f"{format_number(value / scale)}{suffix} {unit}"
+    return f"{format_number(value)} {unit}"
 
 
 def shown_rates(live: LiveRun, active: bool) -> tuple[float | None, float | None]:
-    """(steps/s, samples/s) as every view shows them: while the run is active the mean over the last
-    RATE_WINDOW_S seconds (:attr:`LiveRun.window_rates`), else (and until that window has two records) steps/s
-    since the first record and the runner's steady samples/s, or the last record's."""
+    """(steps/s, samples/s) as every view shows them, always from one mean (samples/s = global batch × steps/s
+    where the records give the batch): while the run is active the mean over the last RATE_WINDOW_S seconds
+    (:attr:`LiveRun.window_rates`), else (and until that window has two records) the runner's steady samples/s
+    (or the last record's) and the steps/s it makes; without a global batch, steps/s since the first record."""
     window_steps, window_samples = live.window_rates if active else (None, None)
-    steps_per_s = window_steps if window_steps is not None else live.steps_per_s
-    samples_per_s = window_samples if window_samples is not None else (live.steady_samples_per_s or live.samples_per_s)
-    return steps_per_s, samples_per_s
+    if window_steps is not None:
+        return window_steps, window_samples
+    samples_per_s = live.steady_samples_per_s or live.samples_per_s
+    batch = live.recent[-1][2] if live.recent else None
+    if samples_per_s and batch:
+        return samples_per_s / batch, samples_per_s
+    return live.steps_per_s, samples_per_s
 
 
 def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | None = None) -> str:
@@ -433,9 +440,9 @@ def stats_line(live: LiveRun, active: bool, script: bool = False, now: float | N
     else:  # the ETA its progress bar drew, if it has one
         parts += _bar_parts(live, active)[1:]
     steps_per_s, rate = shown_rates(live, active)
-    parts.append(f"{format_number(steps_per_s)} steps/s" if steps_per_s else "– steps/s")
+    parts.append(format_rate(steps_per_s, "steps/s") if steps_per_s else "– steps/s")
     if rate is not None or not script:
-        parts.append(format_rate(rate, "samples/s"))
+        parts.append(format_rate(rate, "samples/s") if rate is not None else "– samples/s")
     if live.compile_s is not None:
         parts.append(f"compile {live.compile_s:.1f} s")
     if live.peak_mem_gib:
