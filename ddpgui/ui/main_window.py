@@ -9,12 +9,10 @@ from PySide6.QtCore import QEvent, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
-    QFrame,
     QInputDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
-    QScrollArea,
     QSplitter,
     QSystemTrayIcon,
     QTabWidget,
@@ -46,6 +44,7 @@ from .widgets.gpus_tab import GpusTab
 from .widgets.hosts_panel import HostsPanel
 from .widgets.launch_panel import LaunchPanel
 from .widgets.runs_table import RunsTable
+from .widgets.side_panel import SidePanel, SidePanelToggle
 from .widgets.sweeps_bar import SweepsBar
 from .workers import WorkerPool
 
@@ -86,13 +85,7 @@ class MainWindow(QMainWindow):
         self.launch_panel = LaunchPanel()
         self.runs_table = RunsTable(self.store)
         self.dashboard = Dashboard(self.store, loader=self.workers.start)
-        left = QSplitter(Qt.Orientation.Vertical)
-        left.addWidget(self.hosts_panel)
-        form = QScrollArea(objectName="launch_scroll", widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
-        form.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        form.setWidget(self.launch_panel)  # a script's Advanced settings are taller than a small window
-        left.addWidget(form)
-        left.setSizes([260, 560])
+        self.side_panel = SidePanel(self.hosts_panel, self.launch_panel)
         self.tabs = QTabWidget(objectName="main_tabs")
         self.tabs.addTab(self.dashboard, "Dashboard")
         runs_page = QWidget()
@@ -108,11 +101,13 @@ class MainWindow(QMainWindow):
                                    styleSheet="color: #b3261e; font-weight: 600;")  # nothing is being kept: say so
         self.statusBar().addWidget(self.store_banner, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal, objectName="main_splitter")
-        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.side_panel)
         self.splitter.addWidget(self.tabs)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([380, 1000])
         self.setCentralWidget(self.splitter)
+        self.side_toggle = SidePanelToggle(self.side_panel, self.splitter, self.tabs, self.settings)  # Ctrl+B
+        self.addAction(self.side_toggle)
 
         self.hosts_panel.host_selected.connect(self._host_selected)
         self.hosts_panel.nodes_selected.connect(lambda _: self._host_selected(self.hosts_panel.current()))
@@ -165,6 +160,7 @@ class MainWindow(QMainWindow):
         state = self.settings.value("window/splitter")
         if state is not None:
             self.splitter.restoreState(state)
+            self.side_toggle.restore()
         for name in self.hosts.names():
             cached = self.settings.value(f"probes/{name}")
             if cached:
@@ -343,6 +339,7 @@ class MainWindow(QMainWindow):
             self.launch(dict(run.config, run_id=""))
         elif action == "duplicate":
             self.launch_panel.apply_settings(self.manager.duplicate(run_ids[0]))
+            self.side_toggle.setChecked(True)  # the form it fills is in sight
             self.statusBar().showMessage("Settings copied into the launch form: edit them and press Launch", 8000)
         elif action == "compare":
             self.compare.add_runs(run_ids)

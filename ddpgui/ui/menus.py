@@ -22,6 +22,7 @@ SHORTCUTS = (
     ("F5", "Reload the runs and test the connection to the selected host"),
     ("Ctrl+F", "Find in the log (Dashboard) or filter the runs (Runs)"),
     ("Ctrl+1 / Ctrl+2 / Ctrl+3", "Show the Dashboard, Runs or Compare tab"),
+    ("Ctrl+B", "Hide or show the hosts and launch panel (the tabs get the whole width)"),
     ("Enter, double-click", "Open the selected run on the dashboard (a click only selects)"),
     ("Ctrl+click, Shift+click", "Select several runs (overlaid on the dashboard) or several hosts (one run "
                                 "across hosts)"),
@@ -71,6 +72,8 @@ def build_menus(window) -> None:
         action = view_menu.addAction(window.tabs.tabText(index), QKeySequence(f"Ctrl+{index + 1}"),
                                      lambda i=index: window.tabs.setCurrentIndex(i))
         action.setObjectName(f"menu_view_{window.tabs.tabText(index).lower()}")
+    view_menu.addSeparator()
+    view_menu.addAction(window.side_toggle)  # checkable, Ctrl+B
     sweep_menu = bar.addMenu("S&weeps")
     sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), window.new_sweep)
     settings_menu = bar.addMenu("&Settings")

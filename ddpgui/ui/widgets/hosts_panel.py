@@ -16,7 +16,7 @@ from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
+    QGridLayout,
     QLabel,
     QListView,
     QListWidget,
@@ -97,7 +97,7 @@ class HostsPanel(QWidget):
         self.list.itemSelectionChanged.connect(self._on_selection)
         self._order: list[str] = []
         title = QLabel("Hosts", objectName="panel_title")
-        buttons = QHBoxLayout()
+        buttons = QGridLayout()  # two rows of three: the panel (and the window) stays narrow
         self.buttons: dict[str, QPushButton] = {}
         for key, text, tip, slot in (("add", "Add", "Add an SSH host or a Slurm cluster", self.add_host),
                                      ("edit", "Edit", "Edit the selected host", self.edit_host),
@@ -109,7 +109,7 @@ class HostsPanel(QWidget):
                                       lambda: self.test_requested.emit(self.current()))):
             button = QPushButton(text, toolTip=tip, objectName=f"host_{key}")
             button.clicked.connect(slot)
-            buttons.addWidget(button)
+            buttons.addWidget(button, len(self.buttons) // 3, len(self.buttons) % 3)
             self.buttons[key] = button
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
