@@ -28,8 +28,12 @@ from helpers.slurm_cluster import SlurmCluster
 from helpers.system_lock import system_lock
 
 from ddpgui.core.hosts import HostProfile, HostStore
+from ddpgui.core.hosts.slurm_options import SlurmOptions
+from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.ssh.connection import SSHConnection
 from ddpgui.core.ssh.known_hosts import KnownHosts
+from ddpgui.core.store import RunStore
+from ddpgui.core.targets.slurm import SlurmTarget
 from ddpgui.core.targets.ssh import SSHTarget
 
 SSHD = "/usr/sbin/sshd"
@@ -427,3 +431,33 @@ def slurm_login(ssh_env: SSHEnv, slurm_cluster: SlurmCluster):
         yield SlurmLogin(ssh_env, server, slurm_cluster)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def cluster(slurm_login, slurm, tmp_path):
+    """make(**slurm options) → a RunManager whose host "cluster" is the test cluster's login node
+    (tests/ssh/test_slurm_runs.py and test_slurm_faults.py)."""
+    made = []
+
+    def make(poll_s: float = 2.0, **options):
+        profile = HostProfile(name="cluster", kind="slurm", slurm=SlurmOptions(**{"partition": "debug", **options}),
+                              **slurm_login.profile_fields(tmp_path))
+        hosts = HostStore(tmp_path / "hosts.json")
+        (hosts.update if "cluster" in hosts else hosts.add)(profile)
+        known = slurm_login.known_hosts(tmp_path)
+
+        def open_target(name):
+            return SlurmTarget(hosts.get(name), SSHConnection(hosts.route(name), known_hosts=known,
+                                                              reconnect_attempts=3, backoff_s=0.2))
+
+        store = RunStore(tmp_path / "runs.sqlite3")
+        manager = RunManager(store, hosts, open_target)
+        manager.slurm.poll_s = manager.slurm.running_poll_s = poll_s  # the suite waits less; the app keeps 10/30 s
+        manager.slurm.end_grace_s = 5.0
+        made.append((manager, store))
+        return manager
+
+    yield make
+    for manager, store in made:
+        manager.close()
+        store.close()

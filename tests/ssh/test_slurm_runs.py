@@ -2,69 +2,25 @@
 
 The cluster (tests/helpers/slurm_cluster.py) has partitions ``debug`` (no time limit) and ``short`` (5 min),
 two nodes of 2 CPUs; the run root is a temp dir both "nodes" and the login node share, as a cluster's
-shared filesystem.  Every run here is real torchrun with gloo under a real ``sbatch`` job.
+shared filesystem.  Every run here is real torchrun with gloo under a real ``sbatch`` job.  The faults (time
+limit, a node killed, a requeue, a dropped login link, an end read from the shared disk) are in
+test_slurm_faults.py: two files, so that the suite's workers share the cluster's waits.
 """
 import dataclasses
 import os
 import re
-import time
 
 import pytest
+from helpers.slurm_runs import SMALL, job_id, occupy_both_nodes
 from helpers.spools import host_records, wait_for
 
-from ddpgui.core.hosts import HostProfile, HostStore
-from ddpgui.core.hosts.slurm_options import SlurmOptions
-from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.runs.nodes import node_states
-from ddpgui.core.ssh.connection import SSHConnection
-from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import TargetError
-from ddpgui.core.targets.slurm import SlurmTarget
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"workload": "linear", "nproc_per_node": 1, "batch_size": 8, "dataset_size": 256, "log_every": 1,
-         "telemetry_interval_s": 0.25, "stop_grace_s": 5.0}
 
-
-@pytest.fixture
-def cluster(slurm_login, slurm, tmp_path):
-    """make(**slurm options) → a RunManager whose host "cluster" is the test cluster's login node."""
-    made = []
-
-    def make(poll_s: float = 2.0, **options):
-        profile = HostProfile(name="cluster", kind="slurm", slurm=SlurmOptions(**{"partition": "debug", **options}),
-                              **slurm_login.profile_fields(tmp_path))
-        hosts = HostStore(tmp_path / "hosts.json")
-        (hosts.update if "cluster" in hosts else hosts.add)(profile)
-        known = slurm_login.known_hosts(tmp_path)
-
-        def open_target(name):
-            return SlurmTarget(hosts.get(name), SSHConnection(hosts.route(name), known_hosts=known,
-                                                              reconnect_attempts=3, backoff_s=0.2))
-
-        store = RunStore(tmp_path / "runs.sqlite3")
-        manager = RunManager(store, hosts, open_target)
-        manager.slurm.poll_s = manager.slurm.running_poll_s = poll_s  # the suite waits less; the app keeps 10/30 s
-        manager.slurm.end_grace_s = 5.0
-        made.append((manager, store))
-        return manager
-
-    yield make
-    for manager, store in made:
-        manager.close()
-        store.close()
-
-
-def _job(record) -> str:
-    return record.environment["slurm"]["job_id"]
-
-
-def _no_run_processes(slurm, run_dirs) -> bool:
-    return not slurm.job_processes()
-
-
-def test_two_nodes_train_as_one_world_under_one_job(cluster, slurm):
+def test_two_nodes_train_as_one_world_under_onejob_id(cluster, slurm):
     manager = cluster()
     record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=30))
     assert record.state == "queued" and record.hosts == ["cluster", "cluster"] and sorted(record.run_dirs) == [0, 1]
@@ -82,39 +38,31 @@ def test_two_nodes_train_as_one_world_under_one_job(cluster, slurm):
     statuses = [e for e in manager.store.events(record.id, 1) if e.get("event") == "started"]
     assert statuses and statuses[0]["node_rank"] == 1
     assert [s.state for s in node_states(manager.store, final)] == ["finished", "finished"]
-    assert wait_for(lambda: slurm.job_state(_job(final))["JobState"] == "COMPLETED", 60)  # the batch step ends last
-    assert slurm.job_state(_job(final))["NumNodes"] == "2"
+    assert wait_for(lambda: slurm.job_state(job_id(final))["JobState"] == "COMPLETED", 60)  # the batch step ends last
+    assert slurm.job_state(job_id(final))["NumNodes"] == "2"
     assert os.path.isfile(os.path.join(final.run_dirs[0], "job.sbatch"))
-    assert os.path.isfile(os.path.join(final.run_dirs[0], f"slurm-{_job(final)}.out"))
+    assert os.path.isfile(os.path.join(final.run_dirs[0], f"slurm-{job_id(final)}.out"))
     assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 30)
-
-
-def _occupy_both_nodes(slurm) -> str:
-    """A job holding both nodes, so that the next one waits: a hold or a stop then reaches a job that has
-    not started (on a loaded machine a free cluster starts a job before the test's next command)."""
-    blocker = slurm.sbatch("-N2", "--exclusive", "--wrap", "sleep 600")
-    assert wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm.jobs()), 60)
-    return blocker
 
 
 def test_a_held_job_shows_its_reason_then_runs_when_released(cluster, slurm):
     manager = cluster()
-    blocker = _occupy_both_nodes(slurm)
+    blocker = occupy_both_nodes(slurm)
     record = manager.launch("cluster", dict(SMALL, steps=10), follow=True)
-    slurm.run("scontrol", "uhold", _job(record))  # a user's hold (root's plain hold is an administrator's)
+    slurm.run("scontrol", "uhold", job_id(record))  # a user's hold (root's plain hold is an administrator's)
     slurm.run("scancel", blocker)
     assert wait_for(lambda: "JobHeldUser" in manager.store.get_run(record.id).message, 60), \
         manager.store.get_run(record.id).message
     held = manager.store.get_run(record.id)
     assert held.state == "queued" and "held by you" in held.message and "scontrol release" in held.hint
-    slurm.run("scontrol", "release", _job(record))
+    slurm.run("scontrol", "release", job_id(record))
     final = manager.wait(record.id, timeout=240)
     assert final.state == "finished" and final.message == "" and final.started_at is not None
 
 
 def test_a_job_waiting_for_nodes_is_queued_with_its_reason(cluster, slurm):
     manager = cluster()
-    blocker = _occupy_both_nodes(slurm)
+    blocker = occupy_both_nodes(slurm)
     record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=10))
     assert wait_for(lambda: "Resources" in manager.store.get_run(record.id).message
                     or "Priority" in manager.store.get_run(record.id).message, 60), \
@@ -137,7 +85,7 @@ def test_stop_cancels_the_job_and_leaves_nothing_running(cluster, slurm):
 
 def test_stop_of_a_queued_job_cancels_it_before_it_starts(cluster, slurm):
     manager = cluster()
-    blocker = _occupy_both_nodes(slurm)
+    blocker = occupy_both_nodes(slurm)
     record = manager.launch("cluster", dict(SMALL, steps=10))
     manager.stop(record.id)
     final = manager.wait(record.id, timeout=120)
@@ -145,34 +93,6 @@ def test_stop_of_a_queued_job_cancels_it_before_it_starts(cluster, slurm):
     assert "cancelled before it started" in final.message
     assert [j["id"] for j in slurm.jobs()] == [blocker]
     slurm.run("scancel", blocker)
-
-
-def test_a_job_over_its_time_limit_ends_timed_out(cluster, slurm):
-    manager = cluster(time_limit="1")  # one minute: Slurm sends SIGTERM, then SIGKILL after KillWait
-    record = manager.launch("cluster", dict(SMALL, steps=1_000_000))
-    final = manager.wait(record.id, timeout=240)
-    assert final.state == "failed" and final.failure == "timeout", (final.message, final.hint)
-    assert "time limit" in final.message and "longer time limit" in final.hint
-    assert manager.store.records(record.id)  # what it logged before is kept
-    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)
-
-
-def test_a_node_killed_mid_run_fails_the_run_naming_it(cluster, slurm):
-    manager = cluster()
-    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=1_000_000, rank_failure_timeout_s=20))
-    assert wait_for(lambda: len(manager.store.records(record.id)) >= 3, 240)
-    started = time.monotonic()
-    assert slurm.kill_node("n2")
-    try:
-        final = manager.wait(record.id, timeout=180)
-    except TimeoutError:
-        run = manager.store.get_run(record.id)
-        pytest.fail(f"{run.state} {run.message} {run.environment.get('slurm')} "
-                    f"{[(s.state, s.message) for s in node_states(manager.store, run)]} {slurm.jobs()}")
-    assert final.state == "failed", (final.message, final.hint)
-    assert "node 1" in final.message, final.message
-    assert time.monotonic() - started < 150
-    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)
 
 
 def test_a_request_the_partition_cannot_hold_is_refused_before_sbatch(cluster, slurm):
@@ -197,33 +117,6 @@ def test_probe_reports_partitions_queue_and_the_login_python(cluster, slurm):
     assert parts["short"]["time_limit_s"] == 300 and parts["debug"]["time_limit_s"] is None
     assert re.search(r"\b\d+\.\d+", report["slurm"]["version"]) and report["torch"]["version"]
     assert report["slurm"]["queue"] == []
-
-
-@pytest.mark.timeout(600)
-def test_a_requeued_job_ends_the_run_and_its_next_attempt_is_a_linked_run(cluster, slurm):
-    manager = cluster(sbatch_lines=["--requeue"])
-    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=1_000_000))
-    assert wait_for(lambda: len(manager.store.records(record.id)) >= 3, 240)
-    slurm.run("scontrol", "requeue", _job(record))
-    first = manager.wait(record.id, timeout=120)
-    new_id = f"{record.id}-r1"
-    assert (first.state, first.failure) == ("stopped", "requeued"), (first.message, first.hint)
-    assert new_id in first.message and first.environment["slurm"]["requeued_as"] == new_id
-    second = manager.store.get_run(new_id)
-    assert second.environment["slurm"]["requeue_of"] == record.id and second.environment["slurm"]["attempt"] == 2
-    assert _job(second) == _job(record) and second.run_dirs[0].endswith(f"{new_id}.node0")
-    # The second attempt runs in its own directories and its metrics start again from step 1.
-    if not wait_for(lambda: len(manager.store.records(new_id)) >= 3, 240):
-        base = os.path.dirname(second.run_dirs[0])
-        out = open(os.path.join(first.run_dirs[0], f"slurm-{_job(record)}.out")).read()
-        pytest.fail(f"{manager.store.get_run(new_id)}\n{slurm.jobs()}\n{slurm.job_state(_job(record))}\n"
-                    f"{sorted(os.listdir(base))}\n{out}")
-    assert manager.store.records(new_id)[0]["step"] == 1
-    assert manager.store.get_run(new_id).state == "running"
-    assert len(manager.store.records(record.id)) < 1_000_000  # the first run's records are kept as they were
-    manager.stop(new_id)
-    assert manager.wait(new_id, timeout=120).state == "stopped"
-    assert wait_for(lambda: not slurm.jobs() and not slurm.job_processes(), 60)
 
 
 def test_a_job_sbatch_refuses_fails_the_launch_with_sbatch_s_words(cluster, slurm):
@@ -256,44 +149,15 @@ def test_a_login_node_without_torch_runs_jobs_with_the_setup_lines_python(cluste
     assert final.state == "finished", (final.message, manager.store.log_tail(record.id, "stderr.log")[-1500:])
 
 
-def test_a_dropped_login_link_loses_nothing(cluster, slurm, slurm_login):
-    manager = cluster()
-    record = manager.launch("cluster", dict(SMALL, nnodes=2, steps=400))
-    assert wait_for(lambda: len(manager.store.records(record.id)) >= 5, 240)
-    assert slurm_login.server.drop_connections() >= 1
-    final = manager.wait(record.id, timeout=300)
-    assert final.state == "finished", final.message
-    assert manager.store.records(record.id) == host_records(final.run_dirs[0])
-    for node in (0, 1):
-        assert manager.store.records(record.id, "telemetry.jsonl", node) == \
-            host_records(final.run_dirs[node], "telemetry.jsonl")
-
-
 def test_an_app_restart_while_queued_picks_the_job_up_again(cluster, slurm):
     first = cluster()
     record = first.launch("cluster", dict(SMALL, steps=10))
-    slurm.run("scontrol", "uhold", _job(record))
+    slurm.run("scontrol", "uhold", job_id(record))
     assert wait_for(lambda: "JobHeldUser" in first.store.get_run(record.id).message, 60)
     first.close()  # the app quits; the job stays queued on the cluster
     second = cluster()
     assert second.reattach() == [record.id]
     assert second.store.get_run(record.id).state == "queued"
-    slurm.run("scontrol", "release", _job(record))
+    slurm.run("scontrol", "release", job_id(record))
     final = second.wait(record.id, timeout=240)
     assert final.state == "finished" and [r["step"] for r in second.store.records(record.id)] == list(range(1, 11))
-
-
-def test_an_end_no_stream_brought_is_read_from_the_shared_disk(cluster, slurm):
-    """The watcher sees the job gone before any follow stream brought the nodes' ends (the app was closed
-    during the run): it reads each node's status.json on the shared run root, then fetches the records."""
-    first = cluster()
-    record = first.launch("cluster", dict(SMALL, nnodes=2, steps=20))
-    assert wait_for(lambda: first.store.get_run(record.id).state == "running", 240)
-    first.close()
-    assert wait_for(lambda: not slurm.jobs(), 240)
-    second = cluster()
-    second.slurm.track(second.store.get_run(record.id))  # the watcher only: no stream follows the run
-    final = second.wait(record.id, timeout=120)
-    assert final.state == "finished", final.message
-    assert [s.state for s in node_states(second.store, final)] == ["finished", "finished"]
-    assert wait_for(lambda: second.store.records(record.id) == host_records(final.run_dirs[0]), 60)

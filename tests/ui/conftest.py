@@ -1,4 +1,5 @@
-"""A main window on private stores and settings, closed (workers awaited) after each test."""
+"""A main window on private stores and settings, closed (workers awaited) after each test; a run store and a
+dashboard alone on it (shown, 1000 × 700)."""
 import pytest
 from PySide6.QtCore import QSettings
 
@@ -17,3 +18,20 @@ def window(qtbot, tmp_path):
     win.show()
     yield win
     win.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with RunStore(tmp_path / "runs.db") as s:
+        yield s
+
+
+@pytest.fixture
+def board(qtbot, store):
+    from ddpgui.ui.widgets.dashboard import Dashboard
+
+    widget = Dashboard(store)
+    qtbot.addWidget(widget)
+    widget.resize(1000, 700)
+    widget.show()
+    return widget

@@ -7,7 +7,6 @@ import pytest
 from helpers.stored_runs import put_spool
 
 from ddpgui.core.runs.manager import RunUpdate
-from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
 from ddpgui.ui.workers import WorkerPool
 
@@ -27,21 +26,6 @@ def _run(store, run_id, n=100, scale=1.0, telemetry=()):
         put_spool(store, run_id, "telemetry.jsonl", list(telemetry))
 
 
-@pytest.fixture
-def store(tmp_path):
-    with RunStore(tmp_path / "runs.db") as s:
-        yield s
-
-
-@pytest.fixture
-def board(qtbot, store):
-    widget = Dashboard(store)
-    qtbot.addWidget(widget)
-    widget.resize(1000, 700)
-    widget.show()
-    return widget
-
-
 def _cpu(n, t0=T0):
     return [{"seq": i, "t": t0 + i, "kind": "cpu", "cpu_pct": 50.0 + i, "proc_cpu_pct": 40.0} for i in range(n)]
 
@@ -51,7 +35,7 @@ def test_selected_runs_are_overlaid_each_with_all_its_points(board, store):
         _run(store, run_id, n=100 + 10 * i, scale=i + 1, telemetry=_cpu(5))
     board.set_runs(["b", "a", "c"])
     board.redraw()
-    assert board.run_id == "b" and "(+2 overlaid)" in board.title.text()
+    assert board.run_id == "b" and board.title.text() == "name-b" and board.overlaid.text() == "+2 overlaid"
     for i, run_id in enumerate(("a", "b", "c")):
         x, y = board.loss_plot.curve_data(f"{run_id}:raw")
         np.testing.assert_array_equal(x, np.arange(1, 101 + 10 * i))

@@ -5,34 +5,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from helpers.stored_runs import put_spool
 from PySide6.QtCore import QEvent, QPoint
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from ddpgui.core.runs.manager import RunUpdate
-from ddpgui.core.store import RunStore
 from ddpgui.ui.plots.live_plot import ClockAxis, NumberAxis
-from ddpgui.ui.widgets.dashboard import Dashboard
 
 T0 = 1_764_500_000.0
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compile"
-
-
-@pytest.fixture
-def store(tmp_path):
-    with RunStore(tmp_path / "runs.db") as s:
-        yield s
-
-
-@pytest.fixture
-def board(qtbot, store):
-    widget = Dashboard(store)
-    qtbot.addWidget(widget)
-    widget.resize(1000, 700)
-    widget.show()
-    return widget
 
 
 def _run(store, run_id, n=100, scale=1.0, rates=None):

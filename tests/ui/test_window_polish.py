@@ -292,6 +292,7 @@ def test_a_longer_name_or_step_widens_its_column(qtbot, tmp_path):
     store.create_run("s", name="short", hosts=["local"], config={"nproc_per_node": 1}, state="running")
     table = RunsTable(store)
     qtbot.addWidget(table)
+    table.resize(1400, 400)  # room for the whole name (a narrow table cuts it: test_walkthrough_dashboard)
     table.show()
     view, metrics = table.view, table.view.fontMetrics()
     name, step = COLUMNS.index("Name"), COLUMNS.index("Step")

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ddpgui.core.runs.labels import differing_parts
 from ddpgui.core.runs.live import LiveRun, stats_line
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.runs.nodes import NodeState, node_line, node_states
@@ -39,6 +40,7 @@ from ..plots.live_plot import PALETTE, LivePlot
 from ..plots.traces import CPU_METRICS, DEVICE_METRICS, RunTrace, alpha_of
 from .dashboard_header import ElidedLabel, StallLine, never_widening
 from .log_tail import LogTail, read_inline
+from .name_fit import FittedLabel
 from .run_series import RunSeries
 from .slurm_view import queued_text, slurm_node_line, slurm_of
 
@@ -64,7 +66,9 @@ class Dashboard(QWidget):
         self._header_dirty = True
 
         # nothing in the header may widen the window: one-line labels elide (full text as tooltip), others wrap
-        self.title = ElidedLabel("No run selected", objectName="run_title")
+        self.title = FittedLabel("No run selected", objectName="run_title")  # a sweep's shared name cut first
+        self.overlaid = QLabel(objectName="run_overlaid", visible=False)  # "+1 overlaid", never elided
+        self.legend_names: dict[str, str] = {}  # run id → its name in the legends (where overlaid names differ)
         self.state = QLabel(objectName="run_state")
         self.stats = ElidedLabel(objectName="run_stats")
         self.stall = StallLine(objectName="run_stall")  # "stalled? · why" or a slow phase (set_stalls)
@@ -106,14 +110,12 @@ class Dashboard(QWidget):
 
         head = QGridLayout()
         head.addWidget(self.title, 0, 0)
-        head.addWidget(self.state, 0, 1, Qt.AlignmentFlag.AlignRight)
-        head.addWidget(self.stop_button, 0, 2)
-        head.addWidget(self.stats, 1, 0, 1, 3)
-        head.addWidget(self.stall, 2, 0, 1, 3)
-        head.addWidget(self.nodes, 3, 0, 1, 3)
-        head.addWidget(self.error, 4, 0, 1, 3)
-        head.addWidget(self.advice, 5, 0, 1, 3)
-        head.addWidget(self.series.warning, 6, 0, 1, 3)
+        head.addWidget(self.overlaid, 0, 1)
+        head.addWidget(self.state, 0, 2, Qt.AlignmentFlag.AlignRight)
+        head.addWidget(self.stop_button, 0, 3)
+        for row, widget in enumerate((self.stats, self.stall, self.nodes, self.error, self.advice,
+                                      self.series.warning), start=1):
+            head.addWidget(widget, row, 0, 1, 4)
         head.setColumnStretch(0, 1)
         self.options = QWidget()
         options = QHBoxLayout(self.options)
@@ -264,19 +266,21 @@ class Dashboard(QWidget):
 
     # ---- curves ----------------------------------------------------------------------------
     def _label(self, trace: RunTrace, text: str) -> str:
-        return f"{trace.name} {text}".strip() if len(self.traces) > 1 else text
+        return f"{self.legend_names.get(trace.run_id, trace.name)} {text}".strip() if len(self.traces) > 1 else text
 
     def _rebuild_curves(self, reset_view: bool = False) -> None:
-        """Curves for the runs shown; ``reset_view``: a run was added, so no axis keeps the previous runs' range."""
+        """Curves for the runs shown; ``reset_view``: a run was added, so no axis keeps the previous runs' range.
+        Overlaid runs are named in the legends by the words their names differ in (a sweep's shared name left out)."""
         self.loss_plot.remove_curves()
         self.rate_plot.remove_curves()
+        self.legend_names = dict(zip(self.traces, differing_parts([t.name for t in self.traces.values()])))
         for trace in self.traces.values():
             self.loss_plot.add_curve(f"{trace.run_id}:raw", trace.loss, None, trace.color, alpha=70)
-            self.loss_plot.add_curve(f"{trace.run_id}:ema", trace.loss.smooth,
-                                     trace.name if len(self.traces) > 1 else "loss (EMA)", trace.color)
+            self.loss_plot.add_curve(f"{trace.run_id}:ema", trace.loss.smooth, self._label(trace, "") or "loss (EMA)",
+                                     trace.color)
             self.rate_plot.add_curve(f"{trace.run_id}:rate:raw", trace.throughput, None, trace.color, alpha=70)
             self.rate_plot.add_curve(f"{trace.run_id}:rate", trace.throughput.smooth,
-                                     trace.name if len(self.traces) > 1 else "samples/s", trace.color)
+                                     self._label(trace, "") or "samples/s", trace.color)
         self._fill_metric_choices()
         for plot in self.plots:
             if reset_view:
@@ -432,13 +436,18 @@ class Dashboard(QWidget):
             self.state.style().polish(self.state)
         if self.run_id is None:
             self.title.setText("No run selected")
+            self.overlaid.setVisible(False)
             self.stats.setText("Select a run in the table, or launch one.")
             self.error.setVisible(False)
             self.advice.setVisible(False)
             return
         primary = self.traces[self.run_id]
-        more = len(self.traces) - 1
-        self.title.setText(primary.name + (f"  (+{more} overlaid)" if more else ""))
+        others = [t.name for t in self.traces.values() if t is not primary]
+        self.title.setText(primary.name)
+        self.overlaid.setText(f"+{len(others)} overlaid")
+        self.overlaid.setToolTip("Overlaid on the plots:\n" + "\n".join(others))
+        self.overlaid.setVisible(bool(others))
+        self.series.show_placeholders()  # a run that ended before its first point says so
         slurm = self.slurm.get(self.run_id)
         self.stats.setText(queued_text(live.message) if live.state == "queued"
                            else stats_line(live, active, primary.script))

@@ -51,6 +51,16 @@ class RunLinesHighlighter(QSyntaxHighlighter):
             self.setFormat(0, len(text), self.format)
 
 
+class TailText(QPlainTextEdit):
+    """The tail's text: its first show scrolls down to the last line, never sideways to where that line ends
+    (QPlainTextEdit shows its cursor when first shown, and the cursor follows the appended text to its end)."""
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        left = self.horizontalScrollBar().value()
+        super().showEvent(event)
+        self.horizontalScrollBar().setValue(left)
+
+
 class LogTail(QWidget):
     """The tail of one run's logs, a search box, (multi-node) the node selector and Open logs."""
 
@@ -67,7 +77,7 @@ class LogTail(QWidget):
         self.shown_events: set[int] = set()  # seq of node 0's events whose lines are in the text
         self.run = None  # the shown run's record (a live "started" line names its host and settings)
 
-        self.log = QPlainTextEdit(objectName="log_tail", readOnly=True)
+        self.log = TailText(objectName="log_tail", readOnly=True)
         self.log.setMaximumBlockCount(LOG_LINES)
         self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.find_box = QLineEdit(objectName="log_find", placeholderText="Search the log", clearButtonEnabled=True)

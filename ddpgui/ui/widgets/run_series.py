@@ -101,19 +101,31 @@ def facts_html(facts: SeriesFacts | None) -> str:
     return f"<table cellspacing='0' cellpadding='1'>{rows}</table>"
 
 
-def placeholder_text(facts: SeriesFacts | None) -> str | None:
-    """What the empty loss plot says of a run that gave no metric (None: the plot's usual text)."""
+#: What an empty plot says of a run that ended before its first point, by the run's state.
+NO_POINTS = {"failed": "no points: the run failed before its first step — see the log below",
+             "stopped": "no points: the run was stopped before its first step"}
+NO_POINTS_ENDED = "no points: the run ended before its first step — see the log below"
+
+
+def ended_text(state: str) -> str | None:
+    """What an empty plot says of a run in ``state`` (None while it may still log its first point)."""
+    return NO_POINTS.get(state, NO_POINTS_ENDED) if state in FINAL_STATES else None
+
+
+def placeholder_text(facts: SeriesFacts | None, state: str = "") -> str | None:
+    """What the empty loss plot says of a run that gave no metric or ended before its first point (None: the
+    plot's usual text)."""
     if facts is None or facts.no_metrics is None:
-        return None
+        return ended_text(state)
     hint = facts.no_metrics.get("hint") or ""
     return "no metric was read" + (f": {hint}" if hint else "")
 
 
-def rate_placeholder(facts: SeriesFacts | None) -> str | None:
-    """What the empty throughput plot says of an ended script or imported run that gave no throughput (None:
-    the plot's usual text)."""
+def rate_placeholder(facts: SeriesFacts | None, state: str = "") -> str | None:
+    """What the empty throughput plot says of an ended script or imported run that gave no throughput, or of a
+    run that ended before its first point (None: the plot's usual text)."""
     if facts is None or not facts.named or not facts.ended:
-        return None
+        return ended_text(state)
     if facts.no_metrics is not None:  # the loss plot says why, in full
         return "no metric was read"
     if any(info.name in RATE_SERIES and info.points for info in facts.infos):
@@ -217,11 +229,23 @@ class RunSeries(QObject):
         loss = facts.loss if facts is not None else None
         self.button.setToolTip("Which of the run's series is its loss" + (
             f" (now {loss.from_ or loss.name}: {source_text(loss)})" if loss is not None else ""))
-        self.dashboard.loss_plot.set_placeholder(placeholder_text(facts))
-        self.dashboard.rate_plot.set_placeholder(rate_placeholder(facts))
+        self.show_placeholders()
         self.dashboard.loss_plot.getPlotItem().setTitle(
             f"Loss ({loss.from_})" if loss is not None and loss.from_ not in (None, "loss") else "Loss")
         self.dashboard.header_details(facts_html(facts))
+
+    def show_placeholders(self) -> None:
+        """What the empty loss and throughput plots say, by the primary run's facts and state (the dashboard calls
+        this as it redraws its header: a run that fails before its first step says so)."""
+        trace = self.dashboard.traces.get(self.dashboard.run_id) if self.dashboard.run_id else None
+        ended = trace.live.state if trace is not None and trace.loaded else ""
+
+        def state(buffer) -> str:  # the run's end is told where its plot has no point
+            return ended if ended and not len(buffer) else ""
+
+        self.dashboard.loss_plot.set_placeholder(placeholder_text(self.facts, state(trace.loss) if trace else ""))
+        self.dashboard.rate_plot.set_placeholder(rate_placeholder(self.facts,
+                                                                  state(trace.throughput) if trace else ""))
 
     def fill_menu(self) -> None:
         """The run's series, the loss checked; and the one the script gave (when another was chosen)."""

@@ -1,9 +1,21 @@
-"""The runs table: a model over the run store, sortable and filterable; state survives restarts."""
+"""The runs table: a model over the run store, sortable and filterable; state survives restarts.
+
+State, Step and Throughput follow the name and stay in view however narrow the table is: the Name column takes
+what is left (at least NAME_MIN), a long name elided where names differ least
+(:func:`~ddpgui.ui.widgets.name_fit.fitted_name`: a sweep's shared name first), the full name as the cell's tooltip."""
 from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QEvent,
+    QItemSelectionModel,
+    QModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QAction, QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -13,6 +25,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMenu,
+    QStyledItemDelegate,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -23,10 +36,15 @@ from ddpgui.core.runs.live import format_duration, format_rate, record_elapsed_s
 from ddpgui.core.store import RunRecord, RunStore
 from remote_runner.status import FINAL_STATES
 
+from .name_fit import fitted_name
 from .slurm_view import host_cell, state_cell
 
-COLUMNS = ("Name", "Started", "Host", "Workload", "Compile", "Precision", "Processes", "State", "Step", "Throughput",
+COLUMNS = ("Name", "State", "Step", "Throughput", "Started", "Host", "Workload", "Compile", "Precision", "Processes",
            "Peak mem", "Duration", "Cost")
+#: The columns beside the name that stay in view however narrow the table is, and the name's least width.
+ALWAYS_SHOWN, NAME_MIN = ("State", "Step", "Throughput"), 120
+#: A cell's text padding (Qt's margins and a little air), in pixels.
+PADDING = 24
 #: A running run the stall watch flags: its State cell reads this, in this colour, the reason as its tooltip.
 STALLED, STALLED_COLOR = "stalled?", "#e37400"
 STATE_COLORS = {"queued": "#8e6bbf", "running": "#34a853", "starting": "#4c8df6", "launching": "#4c8df6", "finished": "#5f6368",
@@ -61,6 +79,14 @@ def started_cell(run: RunRecord) -> str:
         return ""
     today = time.localtime(when)[:3] == time.localtime()[:3]
     return time.strftime("%H:%M:%S" if today else "%b %d %H:%M", time.localtime(when))
+
+
+class NameDelegate(QStyledItemDelegate):
+    """Paints the Name cell as :func:`fitted_name` cuts it to the cell's width."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 (Qt's name)
+        super().initStyleOption(option, index)
+        option.text = fitted_name(option.text, option.fontMetrics, option.rect.width() - PADDING // 2)
 
 
 def _duration(run: RunRecord) -> float | None:
@@ -187,7 +213,7 @@ class RunsModel(QAbstractTableModel):
             stall = self.stall_of(run) if column == "State" else None
             if stall is not None:
                 return f"{run.id}\nstalled? {stall.reason}"
-            tip = f"{run.id}\n{run.state}"
+            tip = (f"{run.name}\n" if column == "Name" and run.name else "") + f"{run.id}\n{run.state}"
             if column == "Processes" and (run.config or {}).get("gpus"):
                 chosen = ",".join(map(str, run.config["gpus"]))
                 tip += f"\non GPUs {chosen} of each host (CUDA_VISIBLE_DEVICES={chosen}, nvidia-smi's numbering)"
@@ -248,6 +274,9 @@ class RunsTable(QWidget):
         self.view.verticalHeader().hide()
         self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.horizontalHeader().setStretchLastSection(True)
+        self.view.setItemDelegateForColumn(COLUMNS.index("Name"), NameDelegate(self.view))
+        self.name_needed = NAME_MIN  # the longest name's width seen (the Name column's width when there is room)
+        self.view.viewport().installEventFilter(self)  # a resized table gives its name the width left
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._menu)
         self.view.selectionModel().currentRowChanged.connect(self._current)
@@ -274,20 +303,34 @@ class RunsTable(QWidget):
         self.model.rowsInserted.connect(lambda _parent, first, last: self._fit(range(first, last + 1)))
         self.model.modelReset.connect(lambda: self._fit(range(min(self.model.rowCount(), 200))))
         self.model.dataChanged.connect(lambda top, bottom, *_: self._fit(range(top.row(), bottom.row() + 1)))
+        self._fit(range(min(self.model.rowCount(), 200)))
 
     def set_stalls(self, decisions: dict) -> None:
         """See :meth:`RunsModel.set_stalls` (the main window calls this after each stall check)."""
         self.model.set_stalls(decisions)
 
     def _fit(self, rows) -> None:
-        """Widen the Name, Step and the summary's columns to a longer text of ``rows`` (model rows) than they
-        show, e.g. a stopped run's throughput filled in at its end (never narrower: a width the user set stays)."""
+        """Widen the State, Step and the summary's columns to a longer text of ``rows`` (model rows) than they
+        show, e.g. a stopped run's throughput filled in at its end (never narrower: a width the user set stays);
+        the Name column to its longest name, as far as State, Step and Throughput stay in view."""
         metrics = self.view.fontMetrics()
-        for column in map(COLUMNS.index, ("Name", "Step", "Throughput", "Peak mem", "Duration")):
+        for column in map(COLUMNS.index, ("Name", "State", "Step", "Throughput", "Peak mem", "Duration")):
             texts = [self.model.data(self.model.index(row, column)) or "" for row in rows]
-            needed = max((metrics.horizontalAdvance(t) for t in texts), default=0) + 24  # the cell's padding
-            if needed > self.view.columnWidth(column):
+            needed = max((metrics.horizontalAdvance(t) for t in texts), default=0) + PADDING
+            if column == 0:
+                self.name_needed = max(self.name_needed, needed)
+            elif needed > self.view.columnWidth(column):
                 self.view.setColumnWidth(column, needed)
+        self._fit_name()
+
+    def _fit_name(self) -> None:
+        room = self.view.viewport().width() - sum(self.view.columnWidth(COLUMNS.index(c)) for c in ALWAYS_SHOWN)
+        self.view.setColumnWidth(0, max(NAME_MIN, min(self.name_needed, room)))
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.Resize:
+            self._fit_name()
+        return super().eventFilter(watched, event)
 
     def _filter(self) -> None:
         state = self.state.currentText()
