@@ -6,7 +6,7 @@ import sys
 
 from ..core import analysis
 from ..core.hosts import HostStore
-from ..core.outputs import export
+from ..core.outputs import export, figures
 from ..core.store import RunRecord, RunStore
 from .common import EXIT_OK, CLIError, find_run, find_sweep, terminal_text
 from .options import out_folder
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--width", choices=("single", "double"), default="single",
                    help="figure width: a single (3.5 in) or double (7 in) column")
     p.add_argument("--x", choices=("step", "time"), default="step", help="x axis of the loss curves")
-    p.add_argument("--dpi", type=int, default=300, help="PNG resolution (and the decimation grid), at least 72")
+    p.add_argument("--dpi", type=int, default=300,
+                   help=f"PNG resolution (and the decimation grid), at least {figures.MIN_DPI}")
     p.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
                    help="a caption line with GPU, driver, CUDA and torch under each figure")
     p.add_argument("--individual-runs", action=argparse.BooleanOptionalAction, default=True,
@@ -73,8 +74,8 @@ def _runs(store: RunStore, args: argparse.Namespace) -> list[RunRecord]:
 def cmd_compare(args: argparse.Namespace) -> int:
     formats = _formats(args.format)
     out = out_folder(args.out)
-    if args.dpi < 72:
-        raise CLIError(f"--dpi {args.dpi} is too low", "give at least 72 (300 is print quality)")
+    if args.dpi < figures.MIN_DPI:
+        raise CLIError(f"--dpi {args.dpi} is too low", f"give at least {figures.MIN_DPI} (300 is print quality)")
     if args.steps is not None and args.steps < 1:
         raise CLIError(f"--steps {args.steps} must be at least 1")
     hosts = HostStore()

@@ -1,5 +1,5 @@
 """A main window on private stores and settings, closed (workers awaited) after each test; a run store and a
-dashboard alone on it (shown, 1000 × 700)."""
+dashboard alone on it (shown, 1000 × 700), or a Compare tab (1400 × 900)."""
 import pytest
 from PySide6.QtCore import QSettings
 
@@ -35,3 +35,24 @@ def board(qtbot, store):
     widget.resize(1000, 700)
     widget.show()
     return widget
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def view(qtbot, store, settings, tmp_path):
+    """A Compare tab alone on the run store (shown, 1400 × 900); its workers awaited after the test."""
+    from ddpgui.ui.widgets.compare import CompareView
+    from ddpgui.ui.workers import WorkerPool
+
+    pool = WorkerPool()
+    widget = CompareView(store, HostStore(tmp_path / "hosts.json"), settings, pool.start)
+    qtbot.addWidget(widget)
+    widget.resize(1400, 900)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    pool.shutdown(5000)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from helpers.recorded_runs import events_of, metrics_of, put_recorded, recorded
 from helpers.stored_runs import store_run
-from PySide6.QtCore import QSettings
 from PySide6.QtGui import QColor, QFont, QFontMetrics
 
 from ddpgui.core import analysis
@@ -20,34 +19,10 @@ from ddpgui.core.sweeps import SweepProgress
 from ddpgui.ui.plots.compare_curves import mean_key
 from ddpgui.ui.plots.plot_text import TITLE_PT
 from ddpgui.ui.plots.scaling import NO_FAMILY
-from ddpgui.ui.widgets.compare import CompareView
-from ddpgui.ui.workers import WorkerPool
+from ddpgui.ui.widgets.compare_rows import COLUMNS
 
 SWEEP = recorded("sweep")
 SWEEP_ID = SWEEP["sweeps"][0]["id"]
-
-
-@pytest.fixture
-def store(tmp_path):
-    with RunStore(tmp_path / "runs.db") as s:
-        yield s
-
-
-@pytest.fixture
-def settings(tmp_path):
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def view(qtbot, store, settings, tmp_path):
-    pool = WorkerPool()
-    widget = CompareView(store, HostStore(tmp_path / "hosts.json"), settings, pool.start)
-    qtbot.addWidget(widget)
-    widget.resize(1400, 900)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    pool.shutdown(5000)
 
 
 def _computed(view, qtbot):
@@ -140,8 +115,8 @@ def test_ordinary_runs_that_never_settled_use_what_they_have_and_say_so(view, st
         # the table's note cell holds the whole reason as its tooltip
         row = next(r for r in range(view.table_model.rowCount())
                    if view.table_model.item(r, 0).data(256) == group.key and
-                   view.table_model.item(r, 1).text() == "throughput")
-        assert view.table_model.item(row, 8).toolTip() == est.reason
+                   view.table_model.item(r, 1).data(256) == "throughput")
+        assert view.table_model.item(row, COLUMNS.index("Note")).toolTip() == est.reason
     stars = [m for m in view.throughput_plot.marks if m.toPlainText() == "*"]
     assert len(stars) == len(unsettled)
     assert "never settled" in view.legend.text()

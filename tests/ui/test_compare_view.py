@@ -4,17 +4,14 @@ import numpy as np
 import pypdf
 import pytest
 from helpers.stored_runs import store_run
-from PySide6.QtCore import QSettings
 
 from ddpgui.core import analysis
-from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.dialogs.export import ExportDialog
 from ddpgui.ui.plots.bars import BarPlot
 from ddpgui.ui.plots.compare_curves import mean_key
-from ddpgui.ui.widgets.compare import EMPTY_TEXT, CompareView
-from ddpgui.ui.workers import WorkerPool
+from ddpgui.ui.widgets.compare import EMPTY_TEXT
 
 POINTS = 60
 #: (run id, processes, precision, throughput level): two repeats of 1× and 2× fp32, one 1× bf16.
@@ -37,28 +34,6 @@ def _put_runs(store: RunStore) -> list[str]:
                   "steps": POINTS, "seed": seed}
         store_run(store, run_id, config, _metrics(rate, seed))
     return [r[0] for r in RUNS]
-
-
-@pytest.fixture
-def store(tmp_path):
-    with RunStore(tmp_path / "runs.db") as s:
-        yield s
-
-
-@pytest.fixture
-def settings(tmp_path):
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def view(qtbot, store, settings, tmp_path):
-    pool = WorkerPool()
-    widget = CompareView(store, HostStore(tmp_path / "hosts.json"), settings, pool.start)
-    qtbot.addWidget(widget)
-    widget.resize(1300, 900)
-    widget.show()
-    yield widget
-    pool.shutdown(5000)
 
 
 def _computed(view, qtbot):

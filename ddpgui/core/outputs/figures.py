@@ -38,6 +38,8 @@ FORMATS = ("pdf", "svg", "png")
 FIGURES = ("loss", "throughput", "memory", "speedup", "scaling")
 #: Figure widths in inches: a single and a double column of a two-column paper.
 WIDTHS = {"single": 3.5, "double": 7.0}
+#: The lowest PNG resolution an export accepts (dots per inch).
+MIN_DPI = 72
 #: Height / width of every figure.
 ASPECT = 0.68
 
@@ -123,8 +125,8 @@ def write_figures(comparison: Comparison, store: RunStore, out_dir: str | Path, 
         raise ValueError(f"width must be one of {', '.join(WIDTHS)}, got {width!r}")
     if x not in X_LABELS:
         raise ValueError(f"x must be one of {', '.join(X_LABELS)}, got {x!r}")
-    if dpi < 72:
-        raise ValueError(f"dpi must be at least 72, got {dpi}")
+    if dpi < MIN_DPI:
+        raise ValueError(f"dpi must be at least {MIN_DPI}, got {dpi}")
     result = Exported()
     if not formats:
         return result

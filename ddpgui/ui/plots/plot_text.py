@@ -33,6 +33,13 @@ def wrap_lines(text: str, width_px: float, font: QFont | None = None, max_lines:
     return [metrics.elidedText(line, Qt.TextElideMode.ElideRight, max(8, int(width_px))) for line in lines]
 
 
+def title_font() -> QFont:
+    """The font of a plot's title."""
+    font = QFont()
+    font.setPointSizeF(TITLE_PT)
+    return font
+
+
 class FittedTitle:
     """A plot's title wrapped to the plot's width (two lines at most, elided after), the whole of it as tooltip."""
 
@@ -44,14 +51,21 @@ class FittedTitle:
         self.text = text
         self.fit()
 
+    def room(self, width: float) -> float:
+        """The title's width on a plot ``width`` px wide: it stands over the data area, the widget less the left
+        axis (which grows with its tick labels, after this: keep room for the widest) and the label's margins."""
+        return max(60.0, width - max(80.0, self.widget.getPlotItem().getAxis("left").width()) - 20)
+
+    def fits(self, width: float) -> bool:
+        """Whether the whole title fits in its two lines (nothing elided) on a plot ``width`` px wide."""
+        metrics, room = QFontMetrics(title_font()), self.room(width)
+        lines = break_lines(self.text, room, metrics)
+        return len(lines) <= 2 and all(metrics.horizontalAdvance(line) <= room for line in lines)
+
     def fit(self) -> None:
         item = self.widget.getPlotItem()
-        font = QFont()
-        font.setPointSizeF(TITLE_PT)
-        # the title stands over the data area: the widget less the left axis (which grows with its tick labels,
-        # after this: keep room for the widest) and the label's margins
-        room = self.widget.width() - max(80.0, item.getAxis("left").width()) - 20
-        self.lines = wrap_lines(self.text, max(60, room), font, max_lines=2)
+        font = title_font()
+        self.lines = wrap_lines(self.text, self.room(self.widget.width()), font, max_lines=2)
         if not self.text:
             item.setTitle(None)
             return

@@ -11,21 +11,18 @@ import html
 from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QComboBox,
     QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QPushButton,
     QSplitter,
     QStackedWidget,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -52,7 +49,8 @@ from ..plots.bars import BarPlot
 from ..plots.compare_curves import MeanCurvesPlot
 from ..plots.scaling import ScalingPlot
 from .compare_export import ExportMixin
-from .compare_rows import COLUMNS, fill_table, table_value
+from .compare_plots import ComparePlots
+from .compare_rows import NumbersTable, table_value
 
 EMPTY_TEXT = ("No runs to compare yet.\n\nAdd runs from the Runs tab: right-click → Add to comparison,\n"
               "or pick a sweep above and press Add sweep.")
@@ -110,6 +108,8 @@ class CompareView(ExportMixin, QWidget):
 
         self.runs_list = QListWidget(objectName="compare_runs", maximumHeight=90)
         self.runs_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.runs_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "1× fp32 #1  (2026…-2a20ee)": no sideways
+        self.runs_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # scrolling; tooltip
         self.remove_button = QPushButton("Remove", objectName="compare_remove", toolTip="Remove the selected runs")
         self.clear_button = QPushButton("Clear", objectName="compare_clear")
         self.sweep_combo = SweepChooser(self.refresh_sweeps, objectName="compare_sweep", minimumWidth=200)
@@ -120,7 +120,8 @@ class CompareView(ExportMixin, QWidget):
                                             toolTip="Add the finished runs of the chosen sweep")
         self.baseline_combo = QComboBox(objectName="compare_baseline", minimumWidth=160,
                                         toolTip="Speedup and memory saving are relative to this setting")
-        self.group_combo = QComboBox(objectName="compare_group", toolTip="Colour (and order) by this setting")
+        self.group_combo = QComboBox(objectName="compare_group", toolTip="Colour (and order) by this setting",
+                                     sizeAdjustPolicy=QComboBox.SizeAdjustPolicy.AdjustToContents)  # never cut
         self.align_combo = QComboBox(objectName="compare_align", toolTip="x axis of the loss curves")
         self.align_combo.addItems(ALIGN)
         self.align_combo.setCurrentText(str(settings.value("compare/align", "step")))
@@ -142,15 +143,8 @@ class CompareView(ExportMixin, QWidget):
         self._legend: tuple[list[GroupStats], dict[str, tuple[str, str]]] = ([], {})
         for plot in self.bar_plots:
             plot.keyed_changed.connect(self._fill_legend)
-        self.table_model = QStandardItemModel(0, len(COLUMNS))
-        self.table_model.setHorizontalHeaderLabels(list(COLUMNS))
-        self.table = QTableView(objectName="compare_table")
-        self.table.setModel(self.table_model)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setAlternatingRowColors(True)
-        self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.numbers = NumbersTable(settings)  # metrics in words; those without data hidden unless asked
+        self.table_model, self.table = self.numbers.model, self.numbers.view
 
         top = QHBoxLayout()
         runs_box = QVBoxLayout()
@@ -174,18 +168,12 @@ class CompareView(ExportMixin, QWidget):
         controls.addLayout(buttons, 3, 0, 1, 5)
         top.addLayout(controls, 3)
 
-        plots = QWidget()
-        grid = QGridLayout(plots)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.addWidget(self.loss_plot, 0, 0, 2, 1)  # two rows high: the curves and their legend below them
-        for i, plot in enumerate((self.throughput_plot, self.memory_plot, self.speedup_plot, self.scaling_plot)):
-            grid.addWidget(plot, i // 2, 1 + i % 2)
-        grid.addWidget(self.legend, 2, 0, 1, 3)
-        for column in range(3):
-            grid.setColumnStretch(column, 1)
-        content = QSplitter(Qt.Orientation.Vertical)
-        content.addWidget(plots)
-        content.addWidget(self.table)
+        # a grid while each plot there can be read (>= 150 px tall, its title whole), else one plot per tab
+        self.plot_area = ComparePlots([self.loss_plot, self.throughput_plot, self.memory_plot, self.speedup_plot,
+                                       self.scaling_plot], self.legend)
+        content = QSplitter(Qt.Orientation.Vertical, childrenCollapsible=False)
+        content.addWidget(self.plot_area)
+        content.addWidget(self.numbers)
         content.setSizes([560, 260])
         self.empty = QLabel(EMPTY_TEXT, objectName="compare_empty", alignment=Qt.AlignmentFlag.AlignCenter,
                             wordWrap=True)
@@ -347,6 +335,7 @@ class CompareView(ExportMixin, QWidget):
         labels = figures.run_labels(self.comparison) if self.comparison is not None else {}
         for run_id in self.run_ids:
             item = QListWidgetItem(labels.get(run_id, run_id) + f"  ({run_id})")
+            item.setToolTip(item.text())
             item.setData(Qt.ItemDataRole.UserRole, run_id)
             self.runs_list.addItem(item)
 
@@ -357,7 +346,7 @@ class CompareView(ExportMixin, QWidget):
             self.baseline_combo.addItem(f"{g.label} (n={g.n})", g.key)
         self.baseline_combo.setCurrentIndex(self.baseline_combo.findData(comparison.baseline))
         self.group_combo.clear()
-        self.group_combo.addItem("setting (each its own)", BY_SETTING)
+        self.group_combo.addItem("each setting", BY_SETTING)
         for key in differing_settings(comparison.groups):
             self.group_combo.addItem(key, key)
         index = self.group_combo.findData(self._group_choice)
@@ -461,6 +450,7 @@ class CompareView(ExportMixin, QWidget):
         self.scaling_plot.show_scaling(comparison, {k: c for k, (c, _) in colours.items()}, groups)
         self._fill_legend()  # after the bars: it names their keys and marks
         self._fill_table(groups)
+        self.plot_area.arrange()  # titles and bars changed: the arrangement that reads best may too
 
     def _fill_legend(self, *_: object) -> None:
         """Which colour is which; and, when the bars are named A, B, … (long labels), which key is which."""
@@ -475,9 +465,7 @@ class CompareView(ExportMixin, QWidget):
         self.legend.setText(text)
 
     def _fill_table(self, groups: list[GroupStats]) -> None:
-        fill_table(self.table_model, self.comparison, groups)
-        self.table.resizeColumnsToContents()
-        self.table.setColumnWidth(COLUMNS.index("Note"), max(self.table.columnWidth(COLUMNS.index("Note")), 260))
+        self.numbers.fill(self.comparison, groups)
 
     def table_value(self, group_key: str, metric: str, column: str = "Value") -> float | None:
         """The number behind a table cell (for tests and copy): None when the cell is empty."""

@@ -53,7 +53,7 @@ class SidePanelToggle(QAction):
 
     def __init__(self, panel: QWidget, splitter: QSplitter, tabs: QTabWidget, settings: QSettings):
         super().__init__("Hosts and launch panel", splitter, checkable=True, objectName="side_panel_toggle",
-                         shortcut=QKeySequence(TOGGLE_KEYS))
+                         shortcut=QKeySequence(TOGGLE_KEYS), statusTip="hide it to give the tabs the whole width")
         self.panel, self.splitter, self.settings = panel, splitter, settings
         self.button = QToolButton(objectName="side_panel_button", autoRaise=True)
         self.button.clicked.connect(self.toggle)
