@@ -123,6 +123,7 @@ class MainWindow(QMainWindow):
         self.launch_panel.reading.requested.connect(self.try_reading_log)
         self.updates.received.connect(self._on_update)
         self.sweeps.compare_requested.connect(self.compare_sweep)
+        self.sweeps.first_run.connect(self.show_sweep_run)  # a sweep started here: its first run on the dashboard
         self.sweeps.progress_changed.connect(self.compare.on_sweep_progress)  # "(done)" in its chooser at once
         self.tabs.currentChanged.connect(lambda _: self.tabs.currentWidget() is self.compare and
                                          self.compare.refresh_sweeps())
@@ -370,6 +371,16 @@ class MainWindow(QMainWindow):
         dialog.accepted.connect(lambda: self.sweeps.start(dialog.spec()))
         dialog.open()
         return dialog
+
+    def show_sweep_run(self, run_id: str) -> None:
+        """A sweep's first run once it has one: on the dashboard and selected in the runs table (its record read
+        on a worker: the table may not have its row yet)."""
+        def shown(record) -> None:
+            self.runs_table.model.update_run(record)
+            self.show_run(record.id)
+            self.runs_table.select_run(record.id)
+
+        self.workers.start(self.store.get_run, run_id, on_return=shown, on_error=lambda exc: None)
 
     def compare_sweep(self, sweep_id: str) -> None:
         """Compare the sweep's runs instead of what was compared (saved as compare/runs like any comparison)."""
