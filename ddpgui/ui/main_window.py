@@ -145,10 +145,14 @@ class MainWindow(QMainWindow):
 
     # ---- setup -----------------------------------------------------------------------------
     def _shortcuts(self) -> None:
-        for keys, slot in (("Ctrl+Return", self.launch_panel.request_launch),
-                           ("Ctrl+.", lambda: self.stop_runs([self.dashboard.run_id] if self.dashboard.run_id else [])),
-                           ("F5", self.refresh), ("Ctrl+F", self._focus_find)):  # Ctrl+Q: File ▸ Quit
-            action = QAction(self, shortcut=QKeySequence(keys))
+        # their texts are what Help ▸ Keyboard shortcuts says of them (menus.shortcut_rows); Ctrl+Q: File ▸ Quit
+        for keys, slot, text in (
+                ("Ctrl+Return", self.launch_panel.request_launch, "Launch the run in the launch form"),
+                ("Ctrl+.", lambda: self.stop_runs([self.dashboard.run_id] if self.dashboard.run_id else []),
+                 "Stop the run on the dashboard"),
+                ("F5", self.refresh, "Reload the runs and test the connection to the selected host"),
+                ("Ctrl+F", self._focus_find, "Find in the log (Dashboard) or filter the runs (Runs)")):
+            action = QAction(text, self, shortcut=QKeySequence(keys))
             action.triggered.connect(slot)
             self.addAction(action)
 

@@ -9,25 +9,53 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import QDialog, QMenu, QMessageBox
 
 from .tensorboard_io import export_to_tensorboard, import_tensorboard_folder
+from .texts import as_rich
 
-#: The shortcuts the Help menu lists (keys, what they do); the window's own actions use the same keys.
-SHORTCUTS = (
-    ("Ctrl+Return", "Launch the run in the launch form"),
-    ("Ctrl+Shift+Return", "New sweep from the launch form's settings"),
-    ("Ctrl+.", "Stop the run on the dashboard"),
-    ("F5", "Reload the runs and test the connection to the selected host"),
-    ("Ctrl+F", "Find in the log (Dashboard) or filter the runs (Runs)"),
-    ("Ctrl+1 / Ctrl+2 / Ctrl+3", "Show the Dashboard, Runs or Compare tab"),
-    ("Ctrl+B", "Hide or show the hosts and launch panel (the tabs get the whole width)"),
-    ("Enter, double-click", "Open the selected run on the dashboard (a click only selects)"),
+#: What the Help menu lists after the window's shortcuts: mouse gestures, which are no action of their own.
+GESTURES = (
+    ("double-click", "Open the run on the dashboard (a click only selects)"),
     ("Ctrl+click, Shift+click", "Select several runs (overlaid on the dashboard) or several hosts (one run "
                                 "across hosts)"),
-    ("Ctrl+Q", "Quit (runs go on; the app reattaches when it starts again)"),
 )
+
+
+def _plain(text: str) -> str:
+    """A menu or action text without its mnemonic ``&``."""
+    return text.replace("&&", "\0").replace("&", "").replace("\0", "&")
+
+
+def _in_dialog(obj) -> bool:
+    while obj is not None:
+        if isinstance(obj, QDialog):
+            return True
+        obj = obj.parent()
+    return False
+
+
+def shortcut_rows(window) -> list[tuple[str, str]]:
+    """(keys, what they do) of every shortcut the window has: each action with a shortcut (a menu's as ``View ▸
+    GPUs``, its status tip after it; the others by their text), each QShortcut by its what's-this, keys of the
+    same thing on one row; then :data:`GESTURES`.  Made from what is registered, so none is left out."""
+    rows: dict[str, tuple[int, list[str]]] = {}  # what → (rank: the window's, menus', widgets', keys)
+    native = QKeySequence.SequenceFormat.NativeText
+    for action in window.findChildren(QAction):
+        keys = [k.toString(native) for k in action.shortcuts() if not k.isEmpty()]
+        if not keys or _in_dialog(action):
+            continue
+        menus = [o for o in action.associatedObjects() if isinstance(o, QMenu)]
+        what = f"{_plain(menus[0].title())} ▸ {_plain(action.text())}" if menus else action.toolTip()
+        tip = action.statusTip()
+        rank = 1 if menus else 0 if action.parent() is window else 2
+        rows.setdefault(f"{what}: {tip}" if tip else what, (rank, []))[1].extend(keys)
+    for shortcut in window.findChildren(QShortcut):
+        if not shortcut.key().isEmpty() and not _in_dialog(shortcut):
+            rows.setdefault(shortcut.whatsThis() or "(no description)", (2, []))[1].append(shortcut.key().toString(native))
+    ordered = sorted(rows.items(), key=lambda row: row[1][0])  # stable: creation order within a rank
+    return [(", ".join(dict.fromkeys(keys)), what) for what, (_, keys) in ordered] + list(GESTURES)
 
 
 def package_version(name: str) -> str:
@@ -66,7 +94,9 @@ def build_menus(window) -> None:
     file_menu.addAction("Import TensorBoard folder…", lambda: import_tensorboard_folder(window)).setObjectName(
         "menu_import_tensorboard")
     file_menu.addSeparator()
-    file_menu.addAction("Quit", QKeySequence("Ctrl+Q"), window.close).setObjectName("menu_quit")
+    quit_action = file_menu.addAction("Quit", QKeySequence("Ctrl+Q"), window.close)
+    quit_action.setObjectName("menu_quit")
+    quit_action.setStatusTip("runs go on; the app reattaches when it starts again")
     view_menu = bar.addMenu("&View")
     for index in range(window.tabs.count()):
         action = view_menu.addAction(window.tabs.tabText(index), QKeySequence(f"Ctrl+{index + 1}"),
@@ -75,7 +105,8 @@ def build_menus(window) -> None:
     view_menu.addSeparator()
     view_menu.addAction(window.side_toggle)  # checkable, Ctrl+B
     sweep_menu = bar.addMenu("S&weeps")
-    sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), window.new_sweep)
+    sweep_menu.addAction("New sweep…", QKeySequence("Ctrl+Shift+Return"), window.new_sweep).setStatusTip(
+        "the launch form's settings with axes to sweep")
     settings_menu = bar.addMenu("&Settings")
     settings_menu.addAction("Idle host reminder…", window.set_idle_minutes)
     settings_menu.addAction("Stall detection…", window.stall_alerts.open_settings).setObjectName("menu_stalls")
@@ -94,16 +125,20 @@ def export_selected(window) -> None:
         window.statusBar().showMessage("Select the runs to export in the Runs tab first", 8000)
 
 
-def _box(window, title: str, text: str, name: str) -> QMessageBox:
+def _box(window, title: str, text: str, name: str, min_width: int = 0) -> QMessageBox:
+    """``min_width``: of its text, in pixels (QMessageBox wraps a table's last column to a narrow strip)."""
     box = QMessageBox(QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Close, window)
     box.setObjectName(name)
+    if min_width:
+        box.setStyleSheet(f"QLabel#qt_msgbox_label {{ min-width: {min_width}px; }}")
     box.open()
     return box
 
 
 def shortcuts_box(window) -> QMessageBox:
-    rows = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>" for keys, what in SHORTCUTS)
-    return _box(window, "Keyboard shortcuts", f"<table>{rows}</table>", "shortcuts_box")
+    rows = "".join(f"<tr><td style='white-space:pre'><b>{as_rich(keys)}</b>&nbsp;&nbsp;</td><td>{as_rich(what)}</td></tr>"
+                   for keys, what in shortcut_rows(window))
+    return _box(window, "Keyboard shortcuts", f"<table>{rows}</table>", "shortcuts_box", min_width=620)
 
 
 def about_box(window) -> QMessageBox:

@@ -283,7 +283,8 @@ class RunsTable(QWidget):
         self.view.selectionModel().selectionChanged.connect(self._selection)
         self.view.doubleClicked.connect(self._open)
         for key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            QShortcut(QKeySequence(key), self.view, self._open, context=Qt.ShortcutContext.WidgetShortcut)
+            QShortcut(QKeySequence(key), self.view, self._open, context=Qt.ShortcutContext.WidgetShortcut,
+                      whatsThis="Open the selected run on the dashboard (Runs tab; a click only selects)")
         self.find = QLineEdit(objectName="runs_find", placeholderText="Filter runs by name, tag, host… (Ctrl+F)",
                               clearButtonEnabled=True)
         self.state = QComboBox(objectName="runs_state")
