@@ -102,9 +102,13 @@ def _print_table(comparison: analysis.Comparison) -> None:
           file=sys.stderr)
     for g in comparison.groups:
         est, speed, mem = g.metrics["throughput"], comparison.speedup[g.key], g.metrics["mem_peak_gib"]
-        rate = "-" if est.mean is None else f"{est.mean:.4g}" + (f" ± {est.ci95:.2g}" if est.ci95 is not None else "")
+        # a 95% interval as [low, high] (asymmetric for positive quantities), or (min–max) of fewer than 3 repeats
+        rate = "-" if est.mean is None else f"{est.mean:.4g}" + (
+            f" [{est.low:.3g}, {est.high:.3g}]" if est.has_interval else
+            f" ({est.range[0]:.3g}–{est.range[1]:.3g})" if est.range else "")
         ratio = "-" if speed.value is None else f"{speed.value:.3f}" + (
-            f" [{speed.low:.3f}, {speed.high:.3f}]" if speed.low is not None and speed.low != speed.high else "")
+            f" [{speed.low:.3f}, {speed.high:.3f}]" if speed.has_interval and speed.low != speed.high else
+            f" ({speed.range[0]:.2f}–{speed.range[1]:.2f})" if speed.range else "")
         memory = "-" if mem.mean is None else f"{mem.mean:.3g}"
         base = " (baseline)" if g.key == comparison.baseline else ""
         print(f"{terminal_text(g.label + base)[:36]:<36} {g.n:>3} {rate:>26} {ratio:>18} {memory:>13}",

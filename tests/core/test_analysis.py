@@ -53,35 +53,64 @@ def test_t_quantile_other_confidence_and_bad_df():
 # -- estimates ---------------------------------------------------------------------------------------
 
 
-def test_estimate_by_hand():
+def test_estimate_of_positive_values_is_the_geometric_mean_with_a_log_scale_interval():
     est = estimate([2.0, 4.0, 6.0, 8.0], "intervals")
-    # mean 5; deviations -3 -1 1 3 → sum of squares 20, / (n-1) = 20/3 → std 2.58199
-    # ci = t(3) 3.18245 · 2.58199 / √4 = 4.10848
-    assert est.mean == 5.0
-    assert est.std == pytest.approx(math.sqrt(20 / 3))
-    assert est.ci95 == pytest.approx(3.182446 * math.sqrt(20 / 3) / 2, rel=1e-6)
+    # logs 0.6931 1.3863 1.7918 2.0794 → mean m = 1.48765, sample std s = 0.60032
+    # centre e^m = (2·4·6·8)^(1/4) = 4.42673; interval e^(m ± t(3) 3.18245 · s / √4) = [1.70075, 11.5219]
+    logs = [math.log(v) for v in (2, 4, 6, 8)]
+    m, s = sum(logs) / 4, math.sqrt(sum((v - sum(logs) / 4) ** 2 for v in logs) / 3)
+    assert est.mean == pytest.approx(384 ** 0.25) and est.centre == "geometric mean"
+    assert est.std == pytest.approx(math.sqrt(20 / 3))  # the values' own std, as before
+    assert est.low == pytest.approx(math.exp(m - 3.182446 * s / 2), rel=1e-6)
+    assert est.high == pytest.approx(math.exp(m + 3.182446 * s / 2), rel=1e-6)
+    assert (est.low, est.high) == (pytest.approx(1.70075, abs=1e-5), pytest.approx(11.5219, abs=1e-4))
+    assert est.ci95 is None and est.method == "log-t"  # asymmetric: no half-width
     assert (est.n, est.over, est.reason) == (4, "intervals", "")
-    assert est.low == pytest.approx(5 - est.ci95) and est.high == pytest.approx(5 + est.ci95)
+
+
+def test_estimate_of_values_not_all_positive_is_the_plain_t_interval():
+    est = estimate([-1.0, 1.0, 3.0, 5.0], "repeats")
+    # mean 2; deviations -3 -1 1 3 → sum of squares 20, / (n-1) = 20/3 → std 2.58199
+    # ci = t(3) 3.18245 · 2.58199 / √4 = 4.10848
+    assert est.mean == 2.0 and est.centre == "mean" and est.method == "t"
+    assert est.ci95 == pytest.approx(3.182446 * math.sqrt(20 / 3) / 2, rel=1e-6)
+    assert est.low == pytest.approx(2 - est.ci95) and est.high == pytest.approx(2 + est.ci95)
+    assert "not all > 0" in est.reason
+    # a quantity that cannot be negative (a utilisation with a 0 %): the interval stops at 0
+    util = estimate([0.0, 1.0, 8.0], "repeats", nonnegative=True)
+    assert util.low == 0.0 and util.high == pytest.approx(3 + 4.302653 * math.sqrt(19) / math.sqrt(3), rel=1e-6)
+    assert util.ci95 is None and "cut at 0" in util.reason
 
 
 def test_estimate_edge_cases():
     one = estimate([7.0], "repeats")
-    assert (one.mean, one.std, one.ci95, one.n) == (7.0, None, None, 1) and "no spread" in one.reason
+    assert (one.mean, one.std, one.ci95, one.n, one.low) == (7.0, None, None, 1, None) and "no spread" in one.reason
     none = estimate([None, float("nan")], "repeats")
     assert none.mean is None and none.n == 0 and "no values" in none.reason
     flat = estimate([3.0] * 5, "intervals")
-    assert (flat.mean, flat.std, flat.ci95) == (3.0, 0.0, 0.0)
+    assert (flat.mean, flat.std, flat.low, flat.high) == (3.0, 0.0, 3.0, 3.0)
+    two = estimate([4.0, 9.0], "repeats")  # fewer than 3: no interval, the range of the repeats
+    assert (two.mean, two.low, two.high, two.range, two.method) == (6.0, None, None, (4.0, 9.0), "range")
+    assert "range of n=2 repeats" in two.interval_text and "≥ 3 repeats" in two.interval_text
 
 
 def test_rate_estimate_is_work_over_time():
-    est = analysis.rate_estimate(np.array([100.0, 50.0]), "intervals")
-    # τ = 0.01, 0.02 s per sample → τ̄ = 0.015 → 66.667 samples/s (the mean of the rates, 75, would
-    # credit the fast interval twice); s_τ = √(2 · 0.005² / 1) = 0.0070711; std = s_τ / τ̄² = 31.427;
-    # ci = t(1) 12.7062 · 0.0070711 / √2 / 0.015² = 282.36
-    assert est.mean == pytest.approx(200 / 3)
-    assert est.std == pytest.approx(math.sqrt(2 * 0.005 ** 2) / 0.015 ** 2)
-    assert est.ci95 == pytest.approx(12.706205 * 0.005 / 0.015 ** 2, rel=1e-6)
-    assert (est.n, est.over) == (2, "intervals")
+    est = analysis.rate_estimate(np.array([100.0, 50.0, 25.0]), "intervals")
+    # τ = 0.01, 0.02, 0.04 s per sample → τ̄ = 0.07 / 3 → 42.857 samples/s (the mean of the rates, 58.3,
+    # would credit the fast interval twice); s_τ = √((0.0133² + 0.0033² + 0.0167²) / 2) = 0.015275;
+    # std = s_τ / τ̄²; τ̄'s interval τ̄ ± h, h = t(2) 4.30265 · s_τ / √3, inverted: [1 / (τ̄ + h), 1 / (τ̄ − h)]
+    tau, s_tau = 0.07 / 3, math.sqrt(((0.01 - 0.07 / 3) ** 2 + (0.02 - 0.07 / 3) ** 2 + (0.04 - 0.07 / 3) ** 2) / 2)
+    h = 4.302653 * s_tau / math.sqrt(3)
+    assert est.mean == pytest.approx(3 / 0.07)
+    assert est.std == pytest.approx(s_tau / tau ** 2)
+    assert h > tau  # so noisy that τ̄'s interval reaches 0: no interval rather than one to infinity
+    assert est.low is None and "too wide" in est.reason
+    calm = analysis.rate_estimate(np.array([100.0, 95.0, 105.0, 100.0]), "intervals")
+    tau = np.array([1 / 100, 1 / 95, 1 / 105, 1 / 100])
+    h = 3.182446 * tau.std(ddof=1) / 2
+    assert calm.low == pytest.approx(1 / (tau.mean() + h)) and calm.high == pytest.approx(1 / (tau.mean() - h))
+    assert calm.low < calm.mean < calm.high and calm.method == "inverted-t"
+    assert (calm.n, calm.over) == (4, "intervals")
 
 
 # -- steady state ------------------------------------------------------------------------------------
@@ -164,7 +193,8 @@ def test_run_stats_worked_example(store):
     s_tau = math.sqrt(sum((v - tau_mean) ** 2 for v in tau) / 9)
     assert s.throughput.mean == pytest.approx(1 / tau_mean) and 1 / tau_mean == pytest.approx(99.93594, abs=1e-5)
     assert s.throughput.std == pytest.approx(s_tau / tau_mean ** 2)
-    assert s.throughput.ci95 == pytest.approx(2.262157 * s_tau / math.sqrt(10) / tau_mean ** 2, rel=1e-6)
+    h = 2.262157 * s_tau / math.sqrt(10)  # τ̄'s half-width, t(9) · s_τ / √10; the rate's interval is its inverse
+    assert (s.throughput.low, s.throughput.high) == (pytest.approx(1 / (tau_mean + h)), pytest.approx(1 / (tau_mean - h)))
     assert (s.throughput.n, s.throughput.over, s.throughput_unit, s.steady_from_step) == (10, "intervals",
                                                                                           "samples/s", 3.0)
     assert s.compile_s == 7.5
@@ -199,8 +229,8 @@ def test_missing_telemetry_and_price_are_none_with_a_reason(store):
         assert getattr(s, name) is None and s.reasons[name], name
     assert "GPU" in s.reasons["energy_j"] and "price" in s.reasons["cost"]
     assert s.reasons["compile_s"] == "not compiled (compile=off)"
-    assert s.throughput.mean == 100.0 and s.throughput.std == 0.0  # zero variance: std 0, CI 0
-    assert s.throughput.ci95 == 0.0
+    assert s.throughput.mean == 100.0 and s.throughput.std == 0.0  # zero variance: std 0, the interval a point
+    assert s.throughput.low == s.throughput.high == 100.0
 
 
 def test_one_point_and_no_points(store):
@@ -264,49 +294,51 @@ def test_compare_groups_repeats_speedup_scaling_and_memory(store):
     a, b = c.groups
     assert (a.label, b.label, a.n, b.n, c.baseline) == ("1×", "2×", 3, 3, a.key)
     ta, tb = a.metrics["throughput"], b.metrics["throughput"]
-    # A: 100, 110, 120 → mean 110, std 10, ci = t(2) 4.30265 · 10 / √3 = 24.8414
-    assert (ta.mean, ta.std, ta.n, ta.over) == (pytest.approx(110.0), pytest.approx(10.0), 3, "repeats")
-    assert ta.ci95 == pytest.approx(4.302653 * 10 / math.sqrt(3), rel=1e-6)
-    # B: 180, 200, 220 → mean 200, std 20
-    assert (tb.mean, tb.std) == (pytest.approx(200.0), pytest.approx(20.0))
-    # speedup R = 200 / 110 = 1.81818; rb = 20² / (3 · 200²) = 1/300, ra = 10² / (3 · 110²) = 1/363
-    # SE = R · √(1/300 + 1/363); df = (1/300 + 1/363)² / ((1/300)² / 2 + (1/363)² / 2) = 3.9642
-    r = 200 / 110
-    rel = 1 / 300 + 1 / 363
-    df = rel ** 2 / ((1 / 300) ** 2 / 2 + (1 / 363) ** 2 / 2)
-    assert df == pytest.approx(3.9642, abs=1e-4)
-    half = t_quantile(df) * r * math.sqrt(rel)
+    # A: 100, 110, 120 → geometric mean (100·110·120)^(1/3) = 109.696; std 10; the interval on the log scale
+    la = np.log([100.0, 110.0, 120.0])
+    assert (ta.mean, ta.std, ta.n, ta.over) == (pytest.approx(1320000 ** (1 / 3)), pytest.approx(10.0), 3, "repeats")
+    half_a = 4.302653 * la.std(ddof=1) / math.sqrt(3)
+    assert (ta.low, ta.high) == (pytest.approx(math.exp(la.mean() - half_a)), pytest.approx(math.exp(la.mean() + half_a)))
+    # B: 180, 200, 220 → geometric mean 199.331, std 20
+    lb = np.log([180.0, 200.0, 220.0])
+    assert (tb.mean, tb.std) == (pytest.approx(math.exp(lb.mean())), pytest.approx(20.0))
+    # speedup R = GM_B / GM_A = exp(m_B − m_A); on the log scale va = var(log a) / 3, vb likewise,
+    # Welch df = (va + vb)² / (va² / 2 + vb² / 2), interval R · exp(± t(df) · √(va + vb))
+    r = math.exp(lb.mean() - la.mean())
+    va, vb = la.var(ddof=1) / 3, lb.var(ddof=1) / 3
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2)
+    assert df == pytest.approx(3.97, abs=0.01)
+    half = t_quantile(df) * math.sqrt(va + vb)
     s = c.speedup[b.key]
-    assert s.value == pytest.approx(r) and s.n == (3, 3) and s.over == "repeats"
-    assert (s.low, s.high) == (pytest.approx(r - half), pytest.approx(r + half))
+    assert s.value == pytest.approx(r) and s.n == (3, 3) and s.over == "repeats" and s.method == "log-t"
+    assert (s.low, s.high) == (pytest.approx(r * math.exp(-half)), pytest.approx(r * math.exp(half)))
     assert 2.776 < t_quantile(df) < 3.182  # between the table's t(4) and t(3)
     assert c.speedup[a.key].value == 1.0 and c.speedup[a.key].reason == "the baseline"
     # scaling efficiency of 2 processes: R / 2 = 0.90909, the interval halved too; 1 process: exactly 1
     e = c.scaling[b.key]
-    assert e.value == pytest.approx(r / 2) and e.low == pytest.approx((r - half) / 2)
+    assert e.value == pytest.approx(r / 2) and e.low == pytest.approx(r * math.exp(-half) / 2)
     assert c.scaling[a.key].value == 1.0
     # memory: 1 - 1.5 / 1.0 = -0.5 (50% more), no spread → the interval is the point
     m = c.memory_saving[b.key]
     assert (m.value, m.low, m.high) == (pytest.approx(-0.5), pytest.approx(-0.5), pytest.approx(-0.5))
 
 
-def test_compare_single_runs_use_the_interval_over_steps(store):
+def test_compare_single_runs_have_no_interval_at_the_group_level(store):
     constant_run(store, "x", 100.0, BASE)
     store_run(store, "y", dict(BASE, precision="bf16"), [
         {"t": float(s), "phase": "train", "step": s, "samples_per_s": v, "warmup": False}
         for s, v in enumerate([150.0, 150.0, 160.0, 140.0, 150.0, 150.0, 160.0, 140.0], start=1)])
     c = compare([run_stats(store, "x"), run_stats(store, "y")])
     y = c.groups[1]
-    assert y.metrics["throughput"].over == "intervals" and y.metrics["throughput"].n == 8
-    s = c.speedup[y.key]
-    # y's throughput: τ̄ = (4/150 + 2/160 + 2/140) / 8 → 1 / τ̄ = 149.666; std_y = s_τ / τ̄²
-    # x has no spread (std 0): R = (1 / τ̄) / 100, SE from y alone, df = ry² / (ry² / 7) = 7
+    # y's throughput: τ̄ = (4/150 + 2/160 + 2/140) / 8 → 1 / τ̄ = 149.666; the run keeps its interval over its
+    # 8 intervals, the group of one run has none (an interval needs ≥ 3 repeats)
     tau_mean = (4 / 150 + 2 / 160 + 2 / 140) / 8
     ty = y.metrics["throughput"]
     assert ty.mean == pytest.approx(1 / tau_mean) and ty.mean == pytest.approx(149.666, abs=1e-3)
-    ry = ty.std ** 2 / (8 * ty.mean ** 2)
-    assert s.value == pytest.approx(ty.mean / 100)
-    assert s.high - s.value == pytest.approx(t_quantile(7) * s.value * math.sqrt(ry))
+    assert (ty.n, ty.over, ty.low, ty.high) == (1, "repeats", None, None)
+    assert y.runs[0].throughput.n == 8 and y.runs[0].throughput.low < ty.mean < y.runs[0].throughput.high
+    s = c.speedup[y.key]
+    assert s.value == pytest.approx(ty.mean / 100) and s.low is None and "≥ 3 repeats" in s.reason
     # both are 1-process runs of their own settings: efficiency exactly 1, nothing to scale against
     assert c.scaling[y.key].value == 1.0 and c.scaling[y.key].reason == "the 1-process run"
 
@@ -363,7 +395,8 @@ def test_a_run_that_never_settled_falls_back_on_all_its_intervals_when_it_has_en
         assert est.mean is None and est.reason == strict.throughput.reason
         return
     expected = 1.0 / np.mean(1.0 / np.array(rates))  # work over time across every interval after warm-up
-    assert est.mean == pytest.approx(expected) and est.n == intervals and est.over == "intervals"
+    assert est.mean == pytest.approx(expected) and est.n == 1 and est.over == "repeats"  # one run: no interval
+    assert result.comparison.groups[0].runs[0].throughput.n == intervals
     assert est.reason == fallback_note(intervals, strict.throughput.reason)
     assert est.reason.startswith(f"from {intervals} intervals after warm-up, not settled (only the last ")
     assert "throughput" not in result.comparison.groups[0].runs[0].reasons

@@ -4,11 +4,12 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pypdf
 import pytest
 
 from ddpgui.cli import main
-from ddpgui.core.analysis.stats import t_quantile
+from ddpgui.core.analysis.curves import ema
 from ddpgui.core.hosts import HostStore
 from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
@@ -97,12 +98,13 @@ def test_compare_of_real_repeats_writes_curves_csv_with_their_n(app_data, tmp_pa
         losses = [{rec["step"]: rec["loss"] for rec in store.records(run_id) if rec.get("loss") is not None}
                   for run_id in ids[:2]]
     assert [int(r["x"]) for r in repeats] == sorted(losses[0]) == sorted(losses[1])
+    # each run smoothed (TensorBoard's EMA, 0.6) before the centre: the geometric mean of two positive losses;
+    # two repeats give no interval (an interval needs 3)
+    smooth = [dict(zip(sorted(seed), ema(np.array([seed[k] for k in sorted(seed)]), 0.6))) for seed in losses]
     for r in repeats:
-        a, b = (seed[int(r["x"])] for seed in losses)
-        assert float(r["mean"]) == pytest.approx((a + b) / 2)
-        half = t_quantile(1) * abs(a - b) / 2  # n = 2: s = |a − b| / √2, half-width t · s / √2
-        assert float(r["ci_lo"]) == pytest.approx((a + b) / 2 - half)
-        assert float(r["ci_hi"]) == pytest.approx((a + b) / 2 + half)
+        a, b = (seed[int(r["x"])] for seed in smooth)
+        assert float(r["mean"]) == pytest.approx(math.sqrt(a * b)) and r["centre"] == "geometric mean"
+        assert r["ci_lo"] == r["ci_hi"] == "" and r["smoothing"] == "0.6"
 
 
 def test_import_of_the_bundle_into_another_store_then_refused_twice(app_data, tmp_path, monkeypatch, capsys):

@@ -14,7 +14,7 @@ from ddpgui.core import analysis
 from ddpgui.core.outputs import export, tables
 from ddpgui.core.outputs.bundle import BundleError, import_bundle, write_bundle
 from ddpgui.core.outputs.points import ID_KEYS
-from ddpgui.core.outputs.tables import format_pm, tex_escape
+from ddpgui.core.outputs.tables import format_interval, tex_escape
 from ddpgui.core.store import RunStore
 
 BASE = {"workload": "mlp", "nproc_per_node": 1, "compile": "off", "precision": "fp32", "steps": 10}
@@ -73,13 +73,18 @@ def test_summary_csv_holds_the_comparison(store, comparison, tmp_path):
     fast = comparison.groups[1]
     tput = next(r for r in rows if r["level"] == "group" and r["label"] == "2×" and r["metric"] == "throughput")
     est = fast.metrics["throughput"]
-    assert (float(tput["value"]), float(tput["ci95"]), int(tput["n"]), tput["over"]) == (est.mean, est.ci95, 2,
-                                                                                           "repeats")
+    assert (float(tput["value"]), int(tput["n"]), tput["over"]) == (est.mean, 2, "repeats")
+    # two repeats: no interval at all; the range of the two and what a claim needs
+    assert (tput["ci95"], tput["low"], tput["high"]) == ("", "", "")
+    assert (float(tput["min"]), float(tput["max"])) == est.range and "needs ≥ 3 repeats" in tput["interval"]
+    assert tput["centre"] == "geometric mean"
     assert tput["runs"] == "fast-1 fast-2" and tput["unit"] == "samples/s"
     speed = next(r for r in rows if r["label"] == "2×" and r["metric"] == "speedup")
     assert float(speed["value"]) == comparison.speedup[fast.key].value
-    # 2 repeats against a single baseline run, whose spread is over its 18 steady intervals (steps 3..20)
-    assert (speed["n"], speed["over"]) == ("2/18", "repeats/intervals")
+    # 2 repeats against a single baseline run: no interval (the run's own 18 intervals stay in its run rows)
+    assert (speed["n"], speed["over"], speed["low"]) == ("2/1", "repeats", "") and "≥ 3 repeats" in speed["reason"]
+    run_tput = next(r for r in rows if r["level"] == "run" and r["id"] == "slow-1" and r["metric"] == "throughput")
+    assert (run_tput["n"], run_tput["over"]) == ("18", "intervals") and 0 < float(run_tput["low"])
     cost = next(r for r in rows if r["level"] == "run" and r["id"] == "slow-1" and r["metric"] == "cost")
     assert cost["value"] == "" and "price" in cost["reason"]
     energy = next(r for r in rows if r["level"] == "run" and r["id"] == "slow-1" and r["metric"] == "energy_j")
@@ -127,9 +132,11 @@ def test_latex_table_compiles(comparison, tmp_path):
 
 
 def test_number_formatting_and_escaping():
-    assert format_pm(1234.5678, 12.3) == r"1235 \pm 12"  # the CI to 2 significant digits, the mean alike
-    assert format_pm(0.123456, 0.0042) == r"0.1235 \pm 0.0042"
-    assert format_pm(5.0, None) == "5" and format_pm(5.0, 0.0) == "5"
+    # the ends to 2 significant digits of the interval's width (2800 → hundreds), the centre to whole units
+    assert format_interval(5327.4, 4100.3, 6900.2) == "$5327$ [$4100$, $6900$]"
+    assert format_interval(0.123456, 0.119, 0.1275) == "$0.1235$ [$0.1190$, $0.1275$]"  # width 0.0085 → 4 places
+    assert format_interval(5327.4, 5100.0, 5500.0, "()") == "$5327$ ($5100$--$5500$)"  # the range of 2 repeats
+    assert format_interval(5.0) == "$5$" and format_interval(5.0, 5.0, 5.0) == "$5$"
     assert tex_escape("a_b & 50% #1 ×2") == r"a\_b \& 50\% \#1 $\times$2"
 
 

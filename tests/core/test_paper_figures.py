@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers.stored_runs import store_run
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.container import ErrorbarContainer
 
 from ddpgui.cli import main
 from ddpgui.core import analysis
@@ -165,15 +166,24 @@ def test_memory_in_mib_or_gib_and_no_offset_or_multiplier(store, tmp_path):
 def test_mean_curve_by_hand():
     a = Curve(np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]))
     b = Curve(np.array([1.0, 2.0]), np.array([0.0, 3.0]), np.array([3.0, 4.0]))
-    c = mean_curve([a, b], "step")
-    assert c.x.tolist() == [1.0, 2.0, 3.0] and c.n.tolist() == [2, 2, 1]
-    assert c.mean.tolist() == [2.0, 3.0, 3.0]
-    half = t_quantile(1) * math.sqrt(2.0) / math.sqrt(2)
-    assert c.ci_lo[:2] == pytest.approx([2.0 - half, 3.0 - half]) and c.ci_hi[:2] == pytest.approx([2 + half, 3 + half])
-    assert math.isnan(c.ci_lo[2]) and math.isnan(c.ci_hi[2])  # one run: no interval
-    assert mean_curve([a, b], "time").x.tolist() == [0.0, 2.0, 2.0]  # the mean of the runs' times at each step
-    one = mean_curve([a], "step")
+    d = Curve(np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0, 4.0]), np.array([9.0, 8.0, 27.0]))
+    c = mean_curve([a, b, d], "step", smoothing=0.0)  # raw: the values as logged
+    assert c.x.tolist() == [1.0, 2.0, 3.0] and c.n.tolist() == [3, 3, 2]
+    # every value > 0: the geometric mean, (1·3·9)^(1/3) = 3, (2·4·8)^(1/3) = 4, (3·27)^(1/2) = 9
+    assert c.mean == pytest.approx([3.0, 4.0, 9.0]) and c.centre == "geometric mean"
+    logs = np.log([1.0, 3.0, 9.0])  # step 1: log-scale t-interval, exp(m ± t(2) · s / √3)
+    half = t_quantile(2) * logs.std(ddof=1) / math.sqrt(3)
+    assert (c.ci_lo[0], c.ci_hi[0]) == (pytest.approx(3 * math.exp(-half)), pytest.approx(3 * math.exp(half)))
+    assert math.isnan(c.ci_lo[2]) and math.isnan(c.ci_hi[2])  # two runs: no interval
+    assert mean_curve([a, b, d], "time", smoothing=0.0).x.tolist() == [0.0, 2.0, 3.0]  # the runs' mean time
+    signed = mean_curve([a, b, Curve(d.step, d.time, -d.loss)], "step", smoothing=0.0)
+    assert signed.centre == "mean" and signed.mean[0] == pytest.approx((1 + 3 - 9) / 3)
+    half = t_quantile(2) * np.std([1.0, 3.0, -9.0], ddof=1) / math.sqrt(3)
+    assert signed.ci_lo[0] == pytest.approx(signed.mean[0] - half)
+    one = mean_curve([a], "step", smoothing=0.0)
     assert one.mean.tolist() == [1.0, 2.0, 3.0] and np.isnan(one.ci_lo).all()
+    smooth = mean_curve([a], "step")  # TensorBoard's debiased EMA, weight 0.6: 1, (0.24 + 0.8) / 0.64, …
+    assert smooth.mean[1] == pytest.approx((0.6 * 0.4 * 1 + 0.4 * 2) / (1 - 0.36)) and smooth.smoothing == 0.6
 
 
 def test_band_envelope_covers_every_point_of_its_column():
@@ -204,7 +214,7 @@ def test_export_writes_curves_csv_with_the_repeats(store, tmp_path):
     assert [p.name for p in written.paths] == ["curves.csv"]
     with open(tmp_path / "curves.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["group", "x", "n", "mean", "ci_lo", "ci_hi"]
+    assert list(rows[0]) == ["group", "x", "n", "mean", "ci_lo", "ci_hi", "centre", "smoothing"]
     assert {r["group"] for r in rows} == {"fp32", "bf16"}
     assert all(r["n"] == "3" for r in rows) and len(rows) == 2 * STEPS
     for r in rows:
@@ -223,25 +233,32 @@ def test_cli_accepts_the_curves_format_and_lists_it(capsys):
     assert "unknown format curvez" in err and "curves" in err
 
 
-def test_speedup_axis_shows_an_interval_that_reaches_below_zero(store):
-    # two repeats that disagree by 4×: t(0.975, 1) = 12.7 makes the speedup's interval reach far below zero
+def test_speedup_interval_stays_above_zero_and_two_repeats_show_their_ratios(store):
+    # three repeats that disagree by 4×: the old symmetric interval (t(0.975, 2) = 4.3) reached below zero;
+    # the log-scale interval of the ratio cannot
     ids = []
-    for k, (s, rates) in enumerate(zip(SHORT, ([100.0, 102.0], [40.0, 160.0]))):
+    for k, (s, rates) in enumerate(zip(SHORT, ([100.0, 102.0, 98.0], [40.0, 160.0, 100.0]))):
         for seed, rate in enumerate(rates):
             store_run(store, f"n{k}{seed}", dict(s, seed=seed), _metrics(rate, 10 * k + seed, 0.3), environment=ENV)
             ids.append(f"n{k}{seed}")
     comparison = analysis.compute_comparison(store, None, ids, ids[0]).comparison
-    low = comparison.speedup[comparison.groups[1].key].low
-    assert low < 0
+    speedup = comparison.speedup[comparison.groups[1].key]
+    assert 0 < speedup.low < speedup.value < speedup.high
     with matplotlib.rc_context(figures.RC):
         fig, _ = figures.draw_figure(comparison, store, "speedup", "single", dpi=100)
-    bottom, top = fig.axes[0].get_ylim()
-    assert bottom < low < 0 < 1.0 < top
-    assert any(line.get_ydata()[0] == 0.0 for line in fig.axes[0].get_lines())  # the zero line
-    # a figure whose intervals stay above zero starts at zero
+    assert fig.axes[0].get_ylim()[0] == 0.0 and "95% CI" in fig.axes[0].get_title()
+    # two repeats each: no interval; each repeat's ratio to each baseline repeat is a dot, and the notes say why
+    two = analysis.compute_comparison(store, None, [i for i in ids if not i.endswith("2")], ids[0]).comparison
+    ratio = two.speedup[two.groups[1].key]
+    a, b = (g.metrics["throughput"].values for g in reversed(two.groups))
+    assert ratio.low is None and len(ratio.values) == 4
+    assert ratio.range == (pytest.approx(min(a) / max(b)), pytest.approx(max(a) / min(b)))  # ≈ 40/102, 160/100
     with matplotlib.rc_context(figures.RC):
-        fig, _ = figures.draw_figure(comparison, store, "memory", "single", dpi=100)
-    assert fig.axes[0].get_ylim()[0] == 0.0
+        fig, _ = figures.draw_figure(two, store, "speedup", "single", dpi=100)
+    dots = [line for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
+    assert len(dots) == 1 and len(dots[0].get_ydata()) == 4
+    assert not [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]  # no interval drawn
+    assert "needs ≥ 3 repeats" in fig._supxlabel.get_text()
 
 
 def test_a_value_from_a_run_that_never_settled_is_drawn_and_its_footnote_says_so(store):
@@ -254,6 +271,7 @@ def test_a_value_from_a_run_that_never_settled_is_drawn_and_its_footnote_says_so
     notes = fig._supxlabel.get_text()
     remarks = [line for line in notes.splitlines() if "not settled" in line]
     assert remarks and not any("n/a" in line for line in remarks), notes
-    marked = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()[-1] in "¹²³⁴⁵⁶⁷⁸⁹"]
+    assert any(line.startswith("* from a run that never settled") for line in notes.splitlines()), notes
+    marked = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text().endswith("*")]  # as in the app
     assert marked, [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert len(fig.axes[0].patches) == len(comparison.groups)  # every run has its bar

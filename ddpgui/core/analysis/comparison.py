@@ -37,8 +37,8 @@ HIGHER_IS_BETTER = {"throughput": True, "speedup": True, "mem_peak_gib": False, 
 
 @dataclass
 class GroupStats:
-    """Runs with the same settings (repeats).  ``metrics[name]`` is an Estimate over the repeats;
-    for a group of one run ``throughput`` is that run's estimate over intervals instead."""
+    """Runs with the same settings (repeats).  ``metrics[name]`` is an Estimate over the repeats (a group
+    of one run: its value, no interval; the run's own interval over intervals is ``runs[0].throughput``)."""
 
     key: str
     label: str
@@ -62,11 +62,16 @@ class GroupStats:
         return settings_of(self.runs[0].config, self.runs[0].hosts)
 
 
+#: Metrics that may be negative (a user's loss); every other one cannot be, and its interval stops at 0.
+SIGNED_METRICS = ("final_loss", "best_loss")
+
+
 def _group_estimate(runs: list[RunStats], metric: str) -> Estimate:
-    if metric == "throughput" and len(runs) == 1:
-        return runs[0].throughput
+    """The estimate over the group's repeats (a group of one run: its value, no interval; docs/ANALYSIS.md)."""
     values = [r.value(metric) for r in runs]
-    est = estimate(values, "repeats")
+    est = estimate(values, "repeats", nonnegative=metric not in SIGNED_METRICS)
+    if est.n == 1:
+        est.reason = ""  # one run is no fault: its interval_text says that there is no interval
     if est.mean is None:
         reasons = {r.reasons.get(metric) or (r.throughput.reason if metric == "throughput" else "")
                    for r in runs} - {""}
@@ -74,17 +79,19 @@ def _group_estimate(runs: list[RunStats], metric: str) -> Estimate:
     elif None in values:
         est.reason = f"{values.count(None)} of {len(values)} runs have no value"
     elif metric == "throughput":
-        rough = sum(is_fallback(r.throughput.reason) for r in runs)
-        if rough:
-            est.reason = f"{rough} of {len(runs)} runs not settled: the mean of all their intervals after warm-up"
+        rough = [r.throughput.reason for r in runs if is_fallback(r.throughput.reason)]
+        if len(runs) == 1 and rough:
+            est.reason = rough[0]
+        elif rough:
+            est.reason = f"{len(rough)} of {len(runs)} runs not settled: the mean of all their intervals after warm-up"
     return est
 
 
 def _noted(r: Ratio, *estimates: Estimate) -> Ratio:
     """A ratio from a throughput that did not settle says so (unless it already has a reason)."""
     notes = [e.reason for e in estimates if "not settled" in e.reason]
-    if r.value is not None and notes and not r.reason:
-        r.reason = "not settled: " + "; ".join(dict.fromkeys(notes))
+    if r.value is not None and notes and "not settled" not in r.reason:
+        r.reason = "; ".join(filter(None, ["not settled: " + "; ".join(dict.fromkeys(notes)), r.reason]))
     return r
 
 
@@ -135,11 +142,8 @@ def family_key(group: GroupStats) -> str:
 
 
 def _memory_saving(a: Estimate, b: Estimate) -> Ratio:
-    r = ratio(a, b)
-    if r.value is None:
-        return r
-    flip = lambda v: None if v is None else 1.0 - v  # noqa: E731
-    return Ratio(flip(r.value), flip(r.high), flip(r.low), r.n, r.over, r.reason)
+    """1 − a / b, the ratio's interval mirrored (its ends swap)."""
+    return ratio(a, b).mapped(lambda v: 1.0 - v, flips=True)
 
 
 def _itself(est: Estimate, value: float, reason: str) -> Ratio:
@@ -180,10 +184,8 @@ def compare(stats: Sequence[RunStats], baseline: str | None = None) -> Compariso
         if g is one:
             comparison.scaling[g.key] = _itself(g.metrics["throughput"], 1.0, "the 1-process run")
             continue
-        r = ratio(g.metrics["throughput"], one.metrics["throughput"])
-        scale = lambda v, n=g.world_size: None if v is None else v / n  # noqa: E731
-        comparison.scaling[g.key] = _noted(Ratio(scale(r.value), scale(r.low), scale(r.high), r.n, r.over, r.reason),
-                                           g.metrics["throughput"], one.metrics["throughput"])
+        r = ratio(g.metrics["throughput"], one.metrics["throughput"]).mapped(lambda v, n=g.world_size: v / n)
+        comparison.scaling[g.key] = _noted(r, g.metrics["throughput"], one.metrics["throughput"])
     return comparison
 
 

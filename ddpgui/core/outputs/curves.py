@@ -1,6 +1,6 @@
-"""Loss curves of repeats, drawn and written: each group's mean with its 95% interval, runs faintly under it.
+"""Loss curves of repeats, drawn and written: each group's smoothed centre with its 95% interval, runs under it.
 
-The aggregation (alignment on steps, the t-interval) is :mod:`ddpgui.core.analysis.curves`;
+The aggregation (smoothing, alignment on steps, the interval) is :mod:`ddpgui.core.analysis.curves`;
 here are the loss figure of :func:`ddpgui.core.outputs.figures.write_figures` and ``curves.csv``.
 """
 from __future__ import annotations
@@ -11,10 +11,15 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.comparison import Comparison, Curve, load_curve
-from ..analysis.curves import CURVE_COLUMNS, MeanCurve, group_curves
+from ..analysis.curves import CURVE_COLUMNS, SMOOTHING, MeanCurve, group_curves
+from ..analysis.stats import MIN_N
 from ..store import RunStore
 from .files import output_file
-from .style import MARKERS_PER_CURVE, X_LABELS, Notes, Style, envelope, outside_legend, shared_settings
+from .style import MARKERS_PER_CURVE, X_LABELS, Notes, Style, envelope, group_key, outside_legend, shared_parts
+
+#: Two centres closer than this share of the y axis everywhere they overlap are said to coincide (a line is
+#: about 0.7% of a single-column axis high).
+COINCIDE = 0.01
 
 
 def load_curves(comparison: Comparison, store: RunStore) -> dict[str, Curve]:
@@ -23,17 +28,19 @@ def load_curves(comparison: Comparison, store: RunStore) -> dict[str, Curve]:
 
 
 def write_curves_csv(comparison: Comparison, store: RunStore, path: Path, x: str = "step",
-                     curves: dict[str, Curve] | None = None) -> Path:
-    """``curves.csv``: per group and x its n, mean loss and 95% interval (empty where n = 1)."""
+                     curves: dict[str, Curve] | None = None, smoothing: float = SMOOTHING) -> Path:
+    """``curves.csv``: per group and x its n, centre of the smoothed loss and 95% interval (empty where n < 3),
+    which centre it is and the smoothing weight."""
     curves = load_curves(comparison, store) if curves is None else curves
     with output_file(path, newline="") as fh:
         w = csv.writer(fh)
         w.writerow(CURVE_COLUMNS)
-        for c in group_curves(comparison, curves, x):
+        for c in group_curves(comparison, curves, x, smoothing):
             for i in range(len(c.x)):
                 lo, hi = c.ci_lo[i], c.ci_hi[i]
                 w.writerow([c.label, _num(c.x[i]), int(c.n[i]), repr(float(c.mean[i])),
-                            "" if np.isnan(lo) else repr(float(lo)), "" if np.isnan(hi) else repr(float(hi))])
+                            "" if np.isnan(lo) else repr(float(lo)), "" if np.isnan(hi) else repr(float(hi)),
+                            c.centre, c.smoothing])
     return path
 
 
@@ -41,42 +48,67 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
-def draw_loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int, notes: Notes,
-              individual: bool = True) -> str:
-    """Each group's mean loss with its shaded 95% interval (where n ≥ 2); each run faintly under it.
+def coinciding(means: list[MeanCurve], span: float, share: float = COINCIDE) -> list[tuple[int, int]]:
+    """Pairs (i, j) of centres that differ by less than ``share`` of ``span`` at every step both have."""
+    pairs = []
+    for i, a in enumerate(means):
+        for j in range(i + 1, len(means)):
+            b = means[j]
+            common, ia, ib = np.intersect1d(a.x, b.x, assume_unique=True, return_indices=True)
+            if len(common) and np.nanmax(np.abs(a.mean[ia] - b.mean[ib])) < share * span:
+                pairs.append((i, j))
+    return pairs
 
-    The y axis spans the drawn runs and means (log when they span more than ×10): with two
-    repeats t(0.975, 1) = 12.7 makes the interval far wider than the runs, and it is cut at the
-    axes rather than squeezing the curves; curves.csv holds it whole.
+
+def draw_loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int, notes: Notes,
+              individual: bool = True, smoothing: float = SMOOTHING) -> str:
+    """Each group's smoothed centre with its shaded 95% interval (where n ≥ 3); each run faintly under it
+    (``individual``; always for a group of 2 repeats, which has no interval).
+
+    The y axis spans the drawn curves (log when the centres span more than ×10), never the band:
+    curves.csv holds the band whole.  Centres that coincide are said to in a remark; their markers are
+    staggered so that each stays visible.
     """
     curves = load_curves(comparison, store)
-    means = [c for c in group_curves(comparison, curves, x) if len(c.x)]
+    means = [c for c in group_curves(comparison, curves, x, smoothing) if len(c.x)]
     if not means:
         return "no run logged a loss"
     lo = min(float(np.nanmin(c.x)) for c in means)
     hi = max(float(np.nanmax(c.x)) for c in means)
     low = min(float(np.nanmin(c.mean)) for c in means)
     high = max(float(np.nanmax(c.mean)) for c in means)
-    log = low > 0 and high > 10 * low  # decided by the means
-    if individual:  # the y range is the data's (runs and means): a wide interval (n = 2) runs off the edges
-        drawn = [curves[r].loss for c in means for r in comparison.group(c.key).run_ids if r in curves]
-        low = min([low] + [float(np.min(y)) for y in drawn if len(y)])
-        high = max([high] + [float(np.max(y)) for y in drawn if len(y)])
+    log = low > 0 and high > 10 * low  # decided by the centres
     index = {g.key: i for i, g in enumerate(comparison.groups)}
-    for c in means:
+    faint = [c for c in means if len(c.runs) > 1 and (individual or len(c.runs) < MIN_N)]
+    for c in faint:  # the y range is the drawn curves': runs and centres, never the band
+        low = min([low] + [float(np.min(y)) for _, y in c.runs if len(y)])
+        high = max([high] + [float(np.max(y)) for _, y in c.runs if len(y)])
+    for c in faint:
         style = Style(index[c.key])
-        group = comparison.group(c.key)
-        if individual and group.n > 1:
-            for run_id in group.run_ids:
-                run = curves.get(run_id)
-                if run is not None and len(run.step):
-                    px, py = envelope(run.step if x == "step" else run.time, run.loss, columns, lo, hi)
-                    ax.plot(px, py, color=style.color, linewidth=0.5, alpha=0.3, zorder=1)
-        _draw_mean(ax, c, style, columns, lo, hi, group.n, low / 2 if log else None)
+        for rx, ry in c.runs:
+            px, py = envelope(rx, ry, columns, lo, hi)
+            ax.plot(px, py, color=style.color, linewidth=0.5, alpha=0.35, zorder=1)
+    span = (np.log(high) - np.log(low)) if log else (high - low)
+    together = coinciding([_logged(c) for c in means] if log else means, span or 1.0)
+    for k, c in enumerate(means):
+        _draw_mean(ax, c, Style(index[c.key]), columns, lo, hi, comparison.group(c.key).n,
+                   low / 2 if log else None, k, len(means))
+    if together:
+        named = [" and ".join(_name(means[i], index) for i in pair) for pair in together]
+        notes.remark(f"{'; '.join(named)} coincide (within {COINCIDE:.0%} of the axis): markers staggered.")
     ax.set_xlabel(X_LABELS[x])
-    ax.set_ylabel("training loss")
-    ax.set_title("loss (mean ± 95% CI over repeats)" if any(comparison.group(c.key).n > 1 for c in means)
-                 else "loss")
+    ax.set_ylabel("training loss" + (f" (EMA {smoothing:g})" if smoothing else ""))
+    counts = [comparison.group(c.key).n for c in means]
+    centre = "geometric mean" if all(c.centre == "geometric mean" for c in means if len(c.runs) > 1) else "mean"
+    if any(n >= MIN_N for n in counts):
+        ax.set_title(f"loss ({centre}, 95% CI" + ("" if all(n >= MIN_N for n in counts if n > 1) else
+                                                  f" where n ≥ {MIN_N}") + ")")
+    else:
+        ax.set_title("loss" + (f" ({centre}; faint: repeats)" if any(n > 1 for n in counts) else ""))
+    if smoothing:
+        notes.remark(f"Smoothed: TensorBoard's debiased EMA, weight {smoothing:g}, each run before averaging.")
+    if any(1 < n < MIN_N for n in counts):
+        notes.remark(f"An interval needs ≥ {MIN_N} repeats: with fewer, the faint lines are the repeats.")
     ax.set_xlim(lo, hi)
     if log and low > 0:
         from matplotlib.ticker import FuncFormatter
@@ -89,19 +121,29 @@ def draw_loss(ax, comparison: Comparison, store: RunStore, x: str, columns: int,
     else:
         pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
         ax.set_ylim(low - pad, high + pad)
-    notes.shared = shared_settings(comparison)
-    outside_legend(ax)
+    notes.shared = shared_parts(comparison)
+    outside_legend(ax, notes)
     return ""
 
 
+def _logged(c: MeanCurve) -> MeanCurve:
+    return MeanCurve(c.key, c.label, c.x, c.n, np.log(c.mean), c.ci_lo, c.ci_hi)
+
+
+def _name(c: MeanCurve, index: dict[str, int]) -> str:
+    return c.label or group_key(index[c.key])
+
+
 def _draw_mean(ax, c: MeanCurve, style: Style, columns: int, lo: float, hi: float, n: int,
-               floor: float | None) -> None:
-    """The mean line and its band; ``floor``: a log axis's band bottom where the interval reaches zero."""
+               floor: float | None, k: int = 0, count: int = 1) -> None:
+    """The centre line and its band; ``floor``: a log axis's band bottom; the k-th of ``count`` curves puts its
+    markers k/count of the way between the others' (coinciding curves stay apart)."""
     ok = np.isfinite(c.x) & np.isfinite(c.mean)
     label = c.label if n == 1 else f"{c.label} (n={n})"
     px, py = envelope(c.x[ok], c.mean[ok], columns, lo, hi)
+    every = max(1, len(px) // MARKERS_PER_CURVE)
     ax.plot(px, py, color=style.color, linestyle=style.linestyle, marker=style.marker, markersize=2.5,
-            markevery=max(1, len(px) // MARKERS_PER_CURVE), label=label, zorder=3)
+            markevery=(min(len(px) - 1, k * every // max(1, count)), every), label=label, zorder=3)
     band = ok & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
     if band.any():
         bx, blo, bhi = band_envelope(c.x, c.ci_lo, c.ci_hi, band, columns, lo, hi)

@@ -12,6 +12,7 @@ from collections.abc import Generator, Iterable
 from pathlib import Path
 
 from ..analysis.comparison import Comparison
+from ..analysis.curves import SMOOTHING
 from ..store import RunStore
 from . import figures
 from .bundle import write_bundle
@@ -27,9 +28,9 @@ FORMATS = figures.FORMATS + DATA_FORMATS
 
 
 def write_data(comparison: Comparison, store: RunStore, out_dir: str | Path,
-               formats: Iterable[str] = DATA_FORMATS, x: str = "step") -> Exported:
+               formats: Iterable[str] = DATA_FORMATS, x: str = "step", smoothing: float = SMOOTHING) -> Exported:
     """Write the data formats asked for: csv (points, telemetry, summary), curves (curves.csv: each group's
-    mean loss and 95% interval per ``x``), tex (summary.tex), json (runs.json)."""
+    smoothed loss centre and 95% interval per ``x``), tex (summary.tex), json (runs.json)."""
     formats = set(formats)
     unknown = formats - set(DATA_FORMATS)
     if unknown:
@@ -43,7 +44,7 @@ def write_data(comparison: Comparison, store: RunStore, out_dir: str | Path,
         result.paths += write_points_csv(store, run_ids, out)
         result.paths.append(write_summary_csv(comparison, out / "summary.csv"))
     if "curves" in formats:
-        result.paths.append(write_curves_csv(comparison, store, out / "curves.csv", x))
+        result.paths.append(write_curves_csv(comparison, store, out / "curves.csv", x, smoothing=smoothing))
     if "tex" in formats:
         result.paths.append(write_latex_table(comparison, out / "summary.tex"))
     if "json" in formats:
@@ -53,10 +54,11 @@ def write_data(comparison: Comparison, store: RunStore, out_dir: str | Path,
 
 def export_steps(comparison: Comparison, store: RunStore, folder: str | Path, formats: Iterable[str],
                  width: str = "single", x: str = "step", dpi: int = 300, caption: bool = True,
-                 individual: bool = True) -> Generator[str, None, Exported]:
+                 individual: bool = True, smoothing: float = SMOOTHING) -> Generator[str, None, Exported]:
     """Figures, then data; yields what it is doing (for a worker's progress), returns what was written.
 
-    ``individual``: the loss figure draws each repeat faintly under its group's mean.
+    ``individual``: the loss figure draws each repeat faintly under its group's centre; ``smoothing``: the
+    loss curves' EMA weight (0: raw).
     """
     formats = list(formats)
     wanted_figures = [f for f in formats if f in figures.FORMATS]
@@ -65,18 +67,18 @@ def export_steps(comparison: Comparison, store: RunStore, folder: str | Path, fo
     if wanted_figures:
         yield f"drawing figures ({', '.join(wanted_figures)})…"
         written.extend(figures.write_figures(comparison, store, folder, wanted_figures, width, x, dpi, caption,
-                                                individual=individual))
+                                                individual=individual, smoothing=smoothing))
     if wanted_data:
         yield f"writing tables ({', '.join(wanted_data)})…"
-        written.extend(write_data(comparison, store, folder, wanted_data, x))
+        written.extend(write_data(comparison, store, folder, wanted_data, x, smoothing))
     return written
 
 
 def export_comparison(comparison: Comparison, store: RunStore, folder: str | Path, formats: Iterable[str],
                       width: str = "single", x: str = "step", dpi: int = 300, caption: bool = True,
-                      individual: bool = True) -> Exported:
+                      individual: bool = True, smoothing: float = SMOOTHING) -> Exported:
     """:func:`export_steps` run to its end without progress: what was written."""
-    steps = export_steps(comparison, store, folder, formats, width, x, dpi, caption, individual)
+    steps = export_steps(comparison, store, folder, formats, width, x, dpi, caption, individual, smoothing)
     while True:
         try:
             next(steps)

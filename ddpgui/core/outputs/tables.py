@@ -12,26 +12,35 @@ from pathlib import Path
 from ..analysis.comparison import HIGHER_IS_BETTER, Comparison
 from ..analysis.metric_names import UNITS, metric_unit
 from ..analysis.run_stats import RUN_METRICS
-from ..analysis.stats import Estimate, Ratio
+from ..analysis.stats import METHODS, MIN_N, Estimate, Ratio, needs_note
 from .figures import caption_text
 from .files import output_file
 
 SUMMARY_COLUMNS = ("level", "id", "label", "runs", "metric", "unit", "value", "std", "ci95", "low", "high", "n",
-                   "over", "reason")
+                   "over", "reason", "centre", "interval", "min", "max")
 
 
 def _number(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
+def _spread(item: Estimate | Ratio) -> list:
+    """The interval's kind in words, and the smallest and largest value (of the repeats, or repeat ratios)."""
+    lo_hi = item.range
+    return [METHODS[item.method] if item.has_interval else (
+                f"none: {needs_note(len(item.values), 'repeats')}" if lo_hi else ""),
+            _number(lo_hi[0] if lo_hi else None), _number(lo_hi[1] if lo_hi else None)]
+
+
 def _estimate_row(est: Estimate) -> list:
     return [_number(est.mean), _number(est.std), _number(est.ci95), _number(est.low), _number(est.high), est.n,
-            est.over, est.reason]
+            est.over, est.reason, est.centre if est.mean is not None else "", *_spread(est)]
 
 
 def _ratio_row(r: Ratio) -> list:
     n = f"{r.n[0]}/{r.n[1]}"
-    return [_number(r.value), "", "", _number(r.low), _number(r.high), n, r.over, r.reason]
+    return [_number(r.value), "", "", _number(r.low), _number(r.high), n, r.over, r.reason,
+            "ratio of the centres" if r.value is not None else "", *_spread(r)]
 
 
 def write_summary_csv(comparison: Comparison, path: Path) -> Path:
@@ -58,7 +67,7 @@ def write_summary_csv(comparison: Comparison, path: Path) -> Path:
                     else:
                         value = run.value(metric)
                         row = [_number(value), "", "", "", "", 1 if value is not None else 0, "run",
-                               run.reasons.get(metric, "") if value is None else ""]
+                               run.reasons.get(metric, "") if value is None else "", "", "", "", ""]
                     w.writerow(["run", run.run_id, g.label, run.run_id, metric, metric_unit(metric, comparison), *row])
     return path
 
@@ -77,12 +86,22 @@ def tex_escape(text: str) -> str:
     return "".join(_TEX_ESCAPES.get(c, c) for c in text)
 
 
-def format_pm(mean: float, ci: float | None) -> str:
-    """``mean \\pm ci`` with the interval to 2 significant digits and the mean to the same decimals."""
-    if ci is None or not math.isfinite(ci) or ci <= 0:
-        return f"{mean:.4g}"
-    decimals = max(0, 1 - math.floor(math.log10(ci)))
-    return f"{mean:.{decimals}f} \\pm {ci:.{decimals}f}"
+def _rounded(value: float, decimals: int) -> str:
+    """``value`` to ``decimals`` places (negative: to tens, hundreds, …), in math mode (a true minus sign)."""
+    return f"${round(value, decimals):.{max(0, decimals)}f}$"
+
+
+def format_interval(centre: float, low: float | None = None, high: float | None = None,
+                    bracket: str = "[]") -> str:
+    """``centre [low, high]``: the ends to 2 significant digits of the interval's width, the centre to the same
+    decimals (at least whole units); ``bracket="()"`` writes a range of repeats, ``(low--high)``.  Never ±: an
+    interval of a positive quantity is asymmetric."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return f"${centre:.4g}$"
+    decimals = 1 - math.floor(math.log10(high - low))
+    ends = (f" [{_rounded(low, decimals)}, {_rounded(high, decimals)}]" if bracket == "[]" else
+            f" ({_rounded(low, decimals)}--{_rounded(high, decimals)})")
+    return _rounded(centre, max(0, decimals)) + ends
 
 
 #: (column title, metric) of the LaTeX table.
@@ -97,22 +116,26 @@ _TEX_COLUMNS = (
 )
 
 
-def _cell(comparison: Comparison, group, metric: str) -> tuple[float | None, float | None]:
-    """(mean, ci95 half-width) of one table cell; the speedup's interval made symmetric by its wider side."""
-    if metric == "speedup":
-        r = comparison.speedup[group.key]
-        if r.value is None:
-            return None, None
-        ci = None if r.low is None or r.high is None or r.reason == "the baseline" else max(r.value - r.low,
-                                                                                              r.high - r.value)
-        return r.value, ci
-    est = group.metrics[metric]
+def _cell(comparison: Comparison, group, metric: str) -> tuple[float | None, str]:
+    """(centre, its cell text) of one table cell: "centre [low, high]" with a 95% interval, "centre (min--max)"
+    for fewer than 3 repeats, the centre alone for one run (and for the baseline's own speedup, exactly 1)."""
+    item: Estimate | Ratio = comparison.speedup[group.key] if metric == "speedup" else group.metrics[metric]
+    centre = item.value if isinstance(item, Ratio) else item.mean
+    if centre is None:
+        return None, "--"
     scale = 1e-3 if metric == "energy_j" else 1.0
-    return (None if est.mean is None else est.mean * scale), (None if est.ci95 is None else est.ci95 * scale)
+    if metric == "speedup" and group.key == comparison.baseline:
+        return centre, format_interval(centre)
+    if item.has_interval:
+        return centre * scale, format_interval(centre * scale, item.low * scale, item.high * scale)
+    lo_hi = item.range
+    return centre * scale, (format_interval(centre * scale, lo_hi[0] * scale, lo_hi[1] * scale, "()") if lo_hi
+                            else format_interval(centre * scale))
 
 
 def write_latex_table(comparison: Comparison, path: Path) -> Path:
-    """A booktabs tabular: one row per setting, mean ± 95% CI per column, the best value of each column bold.
+    """A booktabs tabular: one row per setting, "centre [95% CI]" per column (with fewer than 3 repeats
+    "centre (min--max)" of the repeats), the best centre of each column bold.
 
     Columns without any value are left out.  "Best" is the highest throughput and speedup, the
     lowest of the others; a tie goes to the first row.
@@ -122,10 +145,12 @@ def write_latex_table(comparison: Comparison, path: Path) -> Path:
     columns = []
     for title, metric in _TEX_COLUMNS:
         cells = [_cell(comparison, g, metric) for g in groups]
-        if any(mean is not None for mean, _ in cells):
+        if any(centre is not None for centre, _ in cells):
             columns.append((title.format(unit=unit), metric, cells))
-    lines = [f"% ddpgui {time.strftime('%Y-%m-%d')}: mean ± 95% CI half-width; n = runs per setting "
-             "(for n = 1, the CI is over the run's steady logged intervals)."]
+    lines = [f"% ddpgui {time.strftime('%Y-%m-%d')}: centre [95% confidence interval]; n = runs per setting. "
+             "Positive quantities: geometric mean, t-interval of the logs (asymmetric, never below 0);",
+             f"% speedup: ratio of geometric means, log-scale Welch interval. (a--b): n < {MIN_N}, the range of "
+             f"the repeats: an interval needs >= {MIN_N} repeats (n = 1: the value alone)."]
     caption = caption_text(comparison)
     if caption:
         lines.append(f"% environment: {caption}")
@@ -141,12 +166,11 @@ def write_latex_table(comparison: Comparison, path: Path) -> Path:
     for i, g in enumerate(groups):
         row = [tex_escape(g.label), str(g.n)]
         for (_, _, cells), b in zip(columns, best):
-            mean, ci = cells[i]
-            if mean is None:
-                row.append("--")
-                continue
-            text = format_pm(mean, ci)
-            row.append(f"$\\mathbf{{{text}}}$" if i == b else f"${text}$")
+            centre, text = cells[i]
+            if i == b and centre is not None:  # the centre bold (its math-mode number as \mathbf)
+                head, _, rest = text[1:].partition("$")
+                text = f"$\\mathbf{{{head}}}${rest}"
+            row.append(text)
         lines.append(" & ".join(row) + r" \\")
     lines.append(r"\bottomrule")
     lines.append(r"\end{tabular}")
