@@ -108,8 +108,9 @@ def test_ordinary_runs_that_never_settled_use_what_they_have_and_say_so(view, st
         group = next(g for g in comparison.groups if g.run_ids == [run_id])
         est = group.metrics["throughput"]
         whole = analysis.run_stats(store, run_id, rule=WHOLE_RUN_RULE).throughput
-        assert est.mean == whole.mean and est.n == whole.n >= FALLBACK_MIN_INTERVALS
-        assert est.reason.startswith(f"from {est.n} intervals after warm-up, not settled (only the last")
+        assert est.mean == whole.mean and est.n == 1  # one run: the group's value has no interval
+        assert group.runs[0].throughput.n == whole.n >= FALLBACK_MIN_INTERVALS
+        assert est.reason.startswith(f"from {whole.n} intervals after warm-up, not settled (only the last")
         i = [g.key for g in view.ordered_groups()].index(group.key)
         assert view.throughput_plot.notes[i] == est.reason and est.reason in view.throughput_plot.toolTip()
         # the table's note cell holds the whole reason as its tooltip
@@ -157,7 +158,7 @@ def test_titles_fit_ticks_become_keys_and_memory_reads_in_mib(view, store, qtbot
     qtbot.waitUntil(lambda: view.speedup_plot.width() < 400, timeout=10_000)
     for plot in (view.throughput_plot, view.memory_plot, view.speedup_plot, view.loss_plot, view.scaling_plot):
         _title_fits(plot)
-    assert view.speedup_plot.fitted.text == "speedup vs batch_size=32 steps=40 (95% CI)"
+    assert view.speedup_plot.fitted.text == "speedup vs batch_size=32 steps=40"  # single runs: no interval
     # the long labels do not fit under their bars: A, B, … there, and the key line says which is which
     assert view.throughput_plot.keyed and view.throughput_plot.tick_texts()[0] == "A\nn=1"
     assert "Bars: <b>A</b> batch_size=32 steps=40 (n=1); <b>B</b> batch_size=32 steps=150" in view.legend.text()

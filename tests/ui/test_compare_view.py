@@ -2,10 +2,12 @@
 
 import numpy as np
 import pypdf
+import pyqtgraph as pg
 import pytest
 from helpers.stored_runs import store_run
 
 from ddpgui.core import analysis
+from ddpgui.core.analysis.curves import ema
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore, SweepRecord
 from ddpgui.ui.dialogs.export import ExportDialog
@@ -68,23 +70,29 @@ def test_table_numbers_are_those_of_analysis_compare(view, store, qtbot):
         assert view.table_value(g.key, "speedup", "Low") == expected.speedup[g.key].low
         assert view.table_value(g.key, "scaling_efficiency") == expected.scaling[g.key].value
         assert view.table_value(g.key, "memory_saving") == expected.memory_saving[g.key].value
-    # the repeats give real intervals: the bars carry them
+    # two repeats give no interval (an interval needs 3): the bars carry each repeat as a dot instead
     throughput = [g.metrics["throughput"] for g in expected.groups]
     assert view.throughput_plot.values == [e.mean for e in throughput]
-    assert view.throughput_plot.errors[0] == (throughput[0].ci95, throughput[0].ci95) and throughput[0].ci95 > 0
+    assert view.throughput_plot.errors == [None, None, None]
+    assert view.throughput_plot.dots[0] == list(throughput[0].values) and len(view.throughput_plot.dots[0]) == 2
+    assert view.throughput_plot.dots[2] == []  # one run: its bar alone
+    assert "an interval needs ≥ 3 repeats" in view.throughput_plot.toolTip()
     assert view.speedup_plot.values[0] == 1.0 and view.speedup_plot.values[1] == pytest.approx(1.85, rel=0.05)
     assert view.memory_plot.values == [g.metrics["mem_peak_gib"].mean for g in expected.groups]
     # every run's whole loss curve, by step (faintly), and the mean of each group of repeats
     means = {mean_key(g.key) for g in expected.groups if g.n > 1}
     assert set(view.loss_plot.curves) == set(ids) | means and len(means) == 2
-    # drawn raw (every point) once the plot has its width: 60 points take fewer pixels than that
+    # drawn whole (every point) once the plot has its width: 60 points take fewer pixels than that; smoothed as
+    # the figure is (TensorBoard's debiased EMA, weight 0.6)
     qtbot.waitUntil(lambda: len(view.loss_plot.curve_data("b1")[0]) == POINTS, timeout=10_000)
     x, y = view.loss_plot.curve_data("b1")
     np.testing.assert_array_equal(x, np.arange(1, POINTS + 1))
-    np.testing.assert_array_equal(y, [r["loss"] for r in _metrics(190.0, 2)])
+    np.testing.assert_allclose(y, ema(np.array([r["loss"] for r in _metrics(190.0, 2)]), 0.6))
     # the scaling family 1×/2× fp32 is drawn, with its ideal line
     assert "needs" not in view.scaling_plot.getPlotItem().titleLabel.text
-    assert len(view.scaling_plot.getPlotItem().listDataItems()) == 2
+    items = view.scaling_plot.getPlotItem().listDataItems()  # the family, its ideal line, and its repeats' dots
+    dots = [i for i in items if isinstance(i, pg.ScatterPlotItem)]
+    assert len(items) == 3 and len(dots) == 1 and len(dots[0].points()) == 4  # 1× and 2×: two repeats each
 
 
 def test_change_baseline_grouping_and_alignment(view, store, settings, qtbot):

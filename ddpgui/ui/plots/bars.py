@@ -1,5 +1,8 @@
 """Bars with 95% CI error bars, one tick label per bar (the Compare tab's throughput, memory and speedup).
 
+Each repeat is a dot on its bar; a bar with fewer than 3 repeats has no interval (docs/ANALYSIS.md) and
+shows its dots with a plain line over their range instead.
+
 Nothing is cut off or left blank without a word: the title wraps to the plot's width (the
 whole of it as tooltip), tick labels wrap to their bar's width, a bar without a value is an
 "n/a" mark at its place, a bar whose value comes with a note (a run that never settled) has a
@@ -45,22 +48,26 @@ class BarPlot(pg.PlotWidget):
         self.labels: list[str] = []
         self.notes: list[str] = []
         self.marks: list[pg.TextItem] = []
+        self.dots: list[list[float]] = []
         self.keyed = False
         self.fitted.fit()
 
     def show_bars(self, labels: list[str], values: list[float | None], errors: list[tuple[float, float] | None],
                   colors: list[str], reason: str = "", reference: float | None = None,
-                  notes: list[str] | None = None, title: str | None = None) -> None:
-        """Draw one bar per label; ``errors`` are (below, above) half-widths; ``reason`` is said when no bar.
+                  notes: list[str] | None = None, title: str | None = None,
+                  dots: list | None = None) -> None:
+        """Draw one bar per label; ``errors`` are (below, above) distances to the interval's ends (asymmetric);
+        ``reason`` is said when no bar.
 
         ``notes[i]`` (optional): why bar i has no value, or what its value comes with; a value with
-        a note gets "*", a missing one "n/a"; ``title`` replaces the plot's title.
+        a note gets "*", a missing one "n/a"; ``title`` replaces the plot's title; ``dots[i]``: the values of
+        bar i's repeats (each a dot; where bar i has no interval, a line over their range too).
         """
         item = self.getPlotItem()
         item.clear()
         self.values, self.errors, self.labels = values, errors, labels
         self.notes = list(notes) if notes is not None else [""] * len(labels)
-        self.marks = []
+        self.marks, self.dots = [], []
         self.fitted.set(title or self.title)
         drawn = [i for i, v in enumerate(values) if v is not None]
         self._ticks()
@@ -83,17 +90,41 @@ class BarPlot(pg.PlotWidget):
                                          pen=pg.mkPen(pg.getConfigOption("foreground"), width=1.5)))
         if reference is not None:
             item.addItem(pg.InfiniteLine(reference, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DotLine)))
-        tops = [v + (e[1] if e is not None else 0.0) for v, e in zip(values, errors) if v is not None]
+        self.dots = [list(d) if i in drawn and len(d) >= 2 else [] for i, d in enumerate(dots or [])]
+        self._draw_dots(errors)
+        tops = [max([v + (e[1] if e is not None else 0.0)] + (self.dots[i] if i < len(self.dots) else []))
+                for i, (v, e) in enumerate(zip(values, errors)) if v is not None]
         bottom = bars_bottom(values, errors)
         top = max(tops + [reference or 0.0]) * 1.15 - bottom * 0.15  # room for the marks over the bars
         for i, value in enumerate(values):
             if value is None:
                 self._mark(i, "n/a", bottom, (0.5, 1.0))
             elif self.notes[i]:
-                self._mark(i, "*", value + (errors[i][1] if errors[i] is not None else 0.0), (0.5, 1.0))
+                over = max([value + (errors[i][1] if errors[i] is not None else 0.0)]
+                           + (self.dots[i] if i < len(self.dots) else []))
+                self._mark(i, "*", over, (0.5, 1.0))
         item.setXRange(-0.6, len(labels) - 0.4, padding=0)
         item.setYRange(bottom, top if top > bottom else bottom + 1.0, padding=0)
         self._tooltip()
+
+    def _draw_dots(self, errors: list) -> None:
+        """Each repeat a small open dot spread across its bar; a bar without an interval: a line over the range."""
+        item = self.getPlotItem()
+        xs, ys, ranges = [], [], []
+        for i, points in enumerate(self.dots):
+            if not points:
+                continue
+            xs += list(i + np.linspace(-0.12, 0.12, len(points)))
+            ys += points
+            if errors[i] is None:
+                ranges += [(i, min(points)), (i, max(points))]
+        foreground = pg.getConfigOption("foreground")
+        if ranges:
+            x, y = np.array(ranges, float).T
+            item.addItem(pg.PlotDataItem(x, y, connect="pairs", pen=pg.mkPen(foreground, width=1)))
+        if xs:
+            item.addItem(pg.ScatterPlotItem(np.array(xs, float), np.array(ys, float), size=5, symbol="o",
+                                            pen=pg.mkPen(foreground, width=1), brush=pg.mkBrush("w")))
 
     def _mark(self, i: int, text: str, y: float, anchor: tuple[float, float]) -> None:
         mark = pg.TextItem(text, anchor=anchor, color=QUIET)
@@ -129,6 +160,8 @@ class BarPlot(pg.PlotWidget):
         for label, value, note in zip(self.labels, self.values, self.notes):
             shown = " ".join(label.split())
             lines.append(f"{shown}: " + ("n/a" if value is None else f"{value:.4g}") + (f" — {note}" if note else ""))
+        if any(d for d, e in zip(self.dots, self.errors) if e is None):
+            lines.append("Dots: the repeats; a line: their range (an interval needs ≥ 3 repeats)")
         self.setToolTip("\n".join(lines))
 
     def tick_texts(self) -> list[str]:

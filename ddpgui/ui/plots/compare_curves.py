@@ -1,10 +1,12 @@
-"""The Compare tab's loss plot: each setting's mean over its repeats with a shaded 95% interval, runs faintly.
+"""The Compare tab's loss plot: each setting's smoothed centre over its repeats with a shaded 95% interval.
 
 The aggregation is :func:`ddpgui.core.analysis.curves.group_curves` (the exported loss figure's
-own); the band is reduced to pixel columns as the figure does
+own: each run smoothed by TensorBoard's debiased EMA, then the centre; a band only where 3 or more
+repeats logged the step); the band is reduced to pixel columns as the figure does
 (:func:`ddpgui.core.outputs.curves.band_envelope`).  Like the figure, the y range is the
-curves' (runs and means), not the interval's: with two repeats t(0.975, 1) = 12.7 makes the
-interval far wider than the runs, and it is cut at the view rather than squeezing the curves.
+curves' (runs and centres), never the interval's.  A group of 2 repeats has no band: its
+repeats are drawn faintly whatever "Each run" says; each group's centre has its own line style,
+so centres that coincide stay apart.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import QGraphicsPathItem
 
 from ddpgui.core.analysis.comparison import Comparison, Curve
 from ddpgui.core.analysis.curves import MeanCurve, group_curves
+from ddpgui.core.analysis.stats import MIN_N
 from ddpgui.core.outputs.curves import band_envelope
 from ddpgui.core.outputs.style import X_LABELS
 
@@ -91,25 +94,30 @@ class MeanCurvesPlot(LivePlot):
         means = group_curves(comparison, curves, x_axis) if means is None else means
         self.means = [c for c in means if len(c.x)]
         by_key = {c.key: c for c in self.means}
-        repeats = False
-        for key in order:
+        banded = small = False
+        for i, key in enumerate(order):
             group, mean = comparison.group(key), by_key.get(key)
             if mean is None:
                 continue
             colour = colours[key]
+            drawn = [r for r in group.run_ids if r in curves and len(curves[r].step)]  # mean.runs' order
             if group.n > 1:
-                repeats = True
-                if individual:
-                    for k, run_id in enumerate(group.run_ids):
-                        self._run(run_id, curves.get(run_id), x_axis, labels[run_id], colour, k, legend=False)
-                self._band(key, mean, colour)
+                small |= group.n < MIN_N
+                if individual or group.n < MIN_N:  # fewer than 3: no band, the repeats themselves instead
+                    for run_id, (rx, ry) in zip(drawn, mean.runs):
+                        self._run(run_id, rx, ry, labels[run_id], colour, legend=False)
+                banded |= self._band(key, mean, colour)
                 buffer = SeriesBuffer(max(16, len(mean.x)))
                 ok = np.isfinite(mean.x) & np.isfinite(mean.mean)
                 buffer.extend(mean.x[ok], mean.mean[ok])
-                self.add_curve(mean_key(key), buffer, f"{group.label} (mean of n={group.n})", colour, width=2.0)
-            else:  # one run: its own curve, the group's mean
-                self._run(group.run_ids[0], curves.get(group.run_ids[0]), x_axis, group.label, colour, 0)
-        self.fitted.set("loss: mean ± 95% CI of repeats (shaded)" if repeats else "loss")
+                self.add_curve(mean_key(key), buffer, f"{group.label} ({mean.centre} of n={group.n})", colour,
+                               width=2.0, style=PEN_STYLES[i % len(PEN_STYLES)])
+            elif drawn:  # one run: its own (smoothed) curve, the group's centre
+                rx, ry = mean.runs[0]
+                self._run(drawn[0], rx, ry, group.label, colour, style=PEN_STYLES[i % len(PEN_STYLES)])
+        smoothing = f"EMA {self.means[0].smoothing:g}" if self.means and self.means[0].smoothing else "raw"
+        self.fitted.set(f"loss ({smoothing}" + ("; shaded: 95% CI" if banded else "")
+                        + ("; faint: repeats, n < 3 has no CI" if small else "") + ")")
         if self.means:
             self.message.hide()
         else:
@@ -118,19 +126,19 @@ class MeanCurvesPlot(LivePlot):
         self.mark_dirty()
         self.redraw()
 
-    def _run(self, run_id: str, curve: Curve | None, x_axis: str, name: str, colour: str, k: int,
-             legend: bool = True) -> None:
-        if curve is None or not len(curve.step):
+    def _run(self, run_id: str, x: np.ndarray, y: np.ndarray, name: str, colour: str, legend: bool = True,
+             style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> None:
+        if not len(x):
             return
-        buffer = SeriesBuffer(max(16, len(curve.step)))
-        buffer.extend(curve.step if x_axis == "step" else curve.time, curve.loss)
-        self.add_curve(run_id, buffer, name, colour, alpha=255 if legend else FAINT,
-                       style=PEN_STYLES[k % len(PEN_STYLES)] if legend else Qt.PenStyle.SolidLine, legend=legend)
+        buffer = SeriesBuffer(max(16, len(x)))
+        buffer.extend(x, y)
+        self.add_curve(run_id, buffer, name, colour, alpha=255 if legend else FAINT, style=style, legend=legend)
 
-    def _band(self, key: str, c: MeanCurve, colour: str) -> None:
+    def _band(self, key: str, c: MeanCurve, colour: str) -> bool:
+        """The group's shaded interval where it has one (3 or more repeats at a step); whether it drew any."""
         valid = np.isfinite(c.x) & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
         if not valid.any():
-            return
+            return False
         x, low, high = band_envelope(c.x, c.ci_lo, c.ci_hi, valid, BAND_COLUMNS, float(np.nanmin(c.x)),
                                      float(np.nanmax(c.x)))
         tint = pg.mkColor(colour)
@@ -141,6 +149,7 @@ class MeanCurvesPlot(LivePlot):
         fill.setZValue(-0.5)  # under the curves, over the grid
         self.getPlotItem().addItem(fill, ignoreBounds=True)  # the view follows the curves, not the (wide) interval
         self.bands[key] = Band(fill, x, low, high)
+        return True
 
     def remove_curves(self) -> None:
         super().remove_curves()

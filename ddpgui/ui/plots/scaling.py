@@ -12,6 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from ddpgui.core.analysis.comparison import Comparison, GroupStats, family_key
+from ddpgui.core.outputs.figures import estimate_error, interval_words
 
 from .live_plot import OutsideLegend
 from .plot_text import FittedTitle, PlotMessage
@@ -53,7 +54,9 @@ class ScalingPlot(pg.PlotWidget):
             self.legend.updateSize()
             return
         self.message.hide()
-        self.fitted.set("scaling: mean ± 95% CI; dotted: ideal N × 1-process")
+        shown = [g.metrics["throughput"] for members in self.families for g in members]
+        words = interval_words(shown)
+        self.fitted.set("scaling" + (f" ({words})" if words else "") + "; dotted: ideal N × 1-process")
         for members in self.families:
             members.sort(key=lambda g: g.world_size)
             colour = colours[members[0].key]
@@ -64,8 +67,13 @@ class ScalingPlot(pg.PlotWidget):
             words = [w for w in members[0].label.split() if not w.endswith("×")]
             item.plot(n, mean, pen=pg.mkPen(colour, width=1.5), symbol="o", symbolBrush=colour,
                       name=" ".join(words) or "throughput")
-            item.addItem(pg.ErrorBarItem(x=n, y=mean, height=2 * np.array([e.ci95 or 0.0 for e in est]), beam=0.1,
+            errors = np.array([estimate_error(e) or (0.0, 0.0) for e in est], float)
+            item.addItem(pg.ErrorBarItem(x=n, y=mean, bottom=errors[:, 0], top=errors[:, 1], beam=0.1,
                                          pen=pg.mkPen(colour)))
+            repeats = [(size, v) for size, e in zip(n, est) if len(e.values) >= 2 for v in e.values]
+            if repeats:  # each repeat a dot (the only spread shown where there are fewer than 3)
+                x, y = np.array(repeats, float).T
+                item.addItem(pg.ScatterPlotItem(x, y, size=5, pen=pg.mkPen(colour), brush=pg.mkBrush("w")))
             item.plot(n, n * one, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DotLine))
         sizes = sorted({g.world_size for members in self.families for g in members})
         item.getAxis("bottom").setTicks([[(s, str(s)) for s in sizes]])

@@ -423,13 +423,17 @@ class CompareView(ExportMixin, QWidget):
         self.throughput_plot.getPlotItem().setLabel("left", unit)
         memory_unit, scale = figures.memory_unit(g.metrics["mem_peak_gib"].mean for g in groups)
         self.memory_plot.getPlotItem().setLabel("left", memory_unit)
-        for plot, metric, factor in ((self.throughput_plot, "throughput", 1.0), (self.memory_plot, "mem_peak_gib",
-                                                                                 scale)):
+        for plot, metric, factor, title in ((self.throughput_plot, "throughput", 1.0, "steady throughput"),
+                                            (self.memory_plot, "mem_peak_gib", scale, "peak memory")):
             estimates = [g.metrics[metric] for g in groups]
+            centres = {e.centre for e in estimates if e.mean is not None and e.n > 1}
+            words = figures.interval_words(estimates, centres.pop() if len(centres) == 1 else "")
             plot.show_bars(labels, [None if e.mean is None else e.mean * factor for e in estimates],
-                           [None if e.ci95 is None else (e.ci95 * factor, e.ci95 * factor) for e in estimates],
+                           [figures.estimate_error(e, factor) for e in estimates],
                            bar_colours, "; ".join(sorted({e.reason for e in estimates if e.reason})),
-                           notes=[_note(e.mean, e.reason) for e in estimates])
+                           notes=[_note(e.mean, e.reason) for e in estimates],
+                           title=f"{title} ({words})" if words else title,
+                           dots=[[v * factor for v in e.values] for e in estimates])
         ratios = [comparison.speedup[g.key] for g in groups]
         base = comparison.baseline_group.label
         self.speedup_plot.getPlotItem().setLabel("left", "×")
@@ -438,10 +442,15 @@ class CompareView(ExportMixin, QWidget):
                                         "One setting only: nothing to compare with the baseline.",
                                         title=f"speedup vs {base}")
         else:
-            self.speedup_plot.show_bars(labels, [r.value for r in ratios], [figures.ratio_error(r) for r in ratios],
+            others = [r for g, r in zip(groups, ratios) if g.key != comparison.baseline]
+            words = figures.interval_words(others)
+            self.speedup_plot.show_bars(labels, [r.value for r in ratios],
+                                        [None if g.key == comparison.baseline else figures.ratio_error(r)
+                                         for g, r in zip(groups, ratios)],
                                         bar_colours, "; ".join(sorted({r.reason for r in ratios if r.reason})),
                                         reference=1.0, notes=[_note(r.value, r.reason) for r in ratios],
-                                        title=f"speedup vs {base} (95% CI)")
+                                        title=f"speedup vs {base}" + (f" ({words})" if words else ""),
+                                        dots=[r.values for r in ratios])
         x_axis = self.align_combo.currentText()
         self.loss_plot.show_groups(comparison, self.curves, x_axis,
                                    {k: c for k, (c, _) in colours.items()}, [g.key for g in groups],
