@@ -68,6 +68,8 @@ class Dashboard(QWidget):
         # nothing in the header may widen the window: one-line labels elide (full text as tooltip), others wrap
         self.title = FittedLabel("No run selected", objectName="run_title")  # a sweep's shared name cut first
         self.overlaid = QLabel(objectName="run_overlaid", visible=False)  # "+1 overlaid", never elided
+        self.overlaid.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # about the title, apart from the state
+        self.overlaid.setContentsMargins(0, 0, 12, 0)
         self.legend_names: dict[str, str] = {}  # run id → its name in the legends (where overlaid names differ)
         self.state = QLabel(objectName="run_state")
         self.stats = ElidedLabel(objectName="run_stats")
