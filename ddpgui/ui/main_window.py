@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from ddpgui.core.errors import describe
-from ddpgui.core.hosts import LOCAL, HostStore
+from ddpgui.core.hosts import LOCAL, HostStore, host_display_name
 from ddpgui.core.runs.manager import RunManager, RunUpdate
 from ddpgui.core.runs.workers import launch_on_nodes, launch_run, probe_host
 from ddpgui.core.ssh.known_hosts import HostKeyChanged, KnownHosts
@@ -272,7 +272,8 @@ class MainWindow(QMainWindow):
             self.set_probe(name, probe)
             problems = [p.get("message", "") for p in probe.get("problems") or [] if p.get("severity") == "error"]
             if not quiet:
-                self.statusBar().showMessage(f"{name}: reachable" + (f" — {problems[0]}" if problems else ""), 8000)
+                self.statusBar().showMessage(f"{host_display_name(name)}: reachable"
+                                             + (f" — {problems[0]}" if problems else ""), 8000)
 
         def failed(exc: Exception) -> None:
             message, hint = describe(exc)  # in words: no exception class name
@@ -298,8 +299,9 @@ class MainWindow(QMainWindow):
             self.show_run(record.id)
             self.runs_table.select_run(record.id)
             job = ((record.environment or {}).get("slurm") or {}).get("job_id")
-            self.statusBar().showMessage(f"Submitted {record.name} to {host} as Slurm job {job}" if cluster and job
-                                         else f"Launched {record.name} on {host}", 5000)
+            shown = " + ".join(map(host_display_name, nodes))  # as the user reads it: This computer
+            self.statusBar().showMessage(f"Submitted {record.name} to {shown} as Slurm job {job}" if cluster and job
+                                         else f"Launched {record.name} on {shown}", 5000)
 
         def failed(exc: Exception) -> None:
             self.launch_panel.set_busy(False)

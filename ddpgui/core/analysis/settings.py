@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from remote_runner.config import SCRIPT_SETTINGS
 
+from ..hosts.profiles import host_display_name
+
 #: Config keys that do not change what a run measures: runs that differ only in these are repeats
 #: (identity, the seed, and the operational timeouts and sampling interval).
 REPEAT_KEYS = frozenset({"schema", "run_id", "name", "tags", "seed", "node_rank", "rdzv_endpoint", "rdzv_timeout_s",
@@ -56,7 +58,7 @@ def _label_part(key: str, value: object) -> str:
     if key == "entry":
         return str(value)
     if key == HOSTS_KEY:
-        return "@" + ",".join(value) if isinstance(value, list) else f"@{value}"
+        return "@" + ",".join(map(host_display_name, value if isinstance(value, list) else [value]))
     if isinstance(value, (dict, list)):
         value = json.dumps(value, sort_keys=True)
     return f"{key}={value}"

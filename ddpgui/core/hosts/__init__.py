@@ -12,6 +12,7 @@ from .profiles import (
     HostNotFound,
     HostProfile,
     HostsFileError,
+    host_display_name,
     local_profile,
     parse_hop,
 )
@@ -19,5 +20,5 @@ from .slurm_options import GPU_FLAGS, SlurmOptions, format_time_limit, time_limi
 from .store import HostStore
 
 __all__ = ["AUTH_METHODS", "GPU_FLAGS", "KINDS", "LOCAL", "Hop", "HostError", "HostNotFound", "HostProfile",
-           "HostStore", "HostsFileError", "SlurmOptions", "format_time_limit", "local_profile", "parse_hop", "secrets",
-           "time_limit_seconds"]
+           "HostStore", "HostsFileError", "SlurmOptions", "format_time_limit", "host_display_name", "local_profile",
+           "parse_hop", "secrets", "time_limit_seconds"]

@@ -24,6 +24,12 @@ from .slurm_options import SlurmOptions
 LOCAL = "local"
 LOCAL_DISPLAY_NAME = "This computer"
 
+
+def host_display_name(name: str) -> str:
+    """A host as its user reads it: ``This computer`` for the built-in ``local`` (its id stays ``local`` in files,
+    the store and the CLI's arguments), any other host by its profile's name."""
+    return LOCAL_DISPLAY_NAME if name == LOCAL else name
+
 #: What a profile is: one SSH host, or a Slurm cluster reached over SSH through its login node.
 KINDS = ("ssh", "slurm")
 AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
@@ -77,7 +83,7 @@ class HostProfile:
 
     @property
     def display_name(self) -> str:
-        return LOCAL_DISPLAY_NAME if self.is_local else self.name
+        return host_display_name(self.name)
 
     @property
     def secret_kind(self) -> str | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from remote_runner.scriptread.frames import without_ansi
 from remote_runner.spools import FINAL_EVENTS
 
-from ..hosts.profiles import LOCAL, LOCAL_DISPLAY_NAME
+from ..hosts.profiles import host_display_name
 from ..store import RunRecord, RunStore
 from .config import settings_text
 from .live import RunSummary, format_duration, run_summary, summary_lines
@@ -37,7 +37,7 @@ def _line(t: float | None, text: str) -> str:
 def host_text(run: RunRecord) -> str:
     """Where the run runs, as the app names hosts: ``This computer``, ``gpu-box``, ``node-a + node-b``."""
     hosts = run.hosts or ([run.host] if run.host else [])
-    names = list(dict.fromkeys(LOCAL_DISPLAY_NAME if h == LOCAL else h for h in hosts))
+    names = list(dict.fromkeys(host_display_name(h) for h in hosts))
     return " + ".join(names) or "?"
 
 

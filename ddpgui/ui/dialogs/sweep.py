@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from ddpgui.core.hosts import HostStore
+from ddpgui.core.hosts import HostStore, host_display_name
 from ddpgui.core.hosts.precisions import precision_problems
 from ddpgui.core.sweeps import SweepError, SweepSpec, plan_sweep
 from ddpgui.core.sweeps.plan import arg_option, put_named_axes
@@ -47,7 +47,7 @@ def _checkable(values, checked) -> QListWidget:
 
 
 def _checked(widget: QListWidget) -> list[str]:
-    return [widget.item(i).text() for i in range(widget.count())
+    return [widget.item(i).data(Qt.ItemDataRole.UserRole) or widget.item(i).text() for i in range(widget.count())
             if widget.item(i).checkState() == Qt.CheckState.Checked]
 
 
@@ -116,6 +116,10 @@ class SweepDialog(QDialog):
         self.repeats = QSpinBox(objectName="sweep_repeats", minimum=1, maximum=100, value=1)
         self.host_list = _checkable(hosts.names(), [current_host])
         self.host_list.setObjectName("sweep_hosts")
+        for row in range(self.host_list.count()):  # This computer as the user reads it; the host's id as its data
+            item = self.host_list.item(row)
+            item.setData(Qt.ItemDataRole.UserRole, item.text())
+            item.setText(host_display_name(item.text()))
         self.parallel = QCheckBox("Run cells side by side: on a GPU host each on free GPUs of its own",
                                   objectName="sweep_parallel",
                                   toolTip="Each cell gets one free GPU per process when it starts (never one another "

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ddpgui.core.hosts.profiles import LOCAL, LOCAL_DISPLAY_NAME
+from ddpgui.core.hosts.profiles import host_display_name
 from ddpgui.core.runs.live import format_duration, format_rate, record_elapsed_s
 from ddpgui.core.store import RunRecord, RunStore
 from remote_runner.status import FINAL_STATES
@@ -166,7 +166,7 @@ class RunsModel(QAbstractTableModel):
             return run.name or run.id, (run.name or run.id).lower()
         if column == "Host":
             text = host_cell(run)  # a multi-node run's nodes (node 0 first), or a cluster's job
-            text = " + ".join(LOCAL_DISPLAY_NAME if h == LOCAL else h for h in text.split(" + "))
+            text = " + ".join(host_display_name(h) for h in text.split(" + "))
             return text, text.lower()
         if column == "Workload":
             what = cfg.get("workload", "") if cfg.get("mode") != "script" else (cfg.get("script") or {}).get("entry", "script")
@@ -242,7 +242,7 @@ class RunsFilter(QSortFilterProxyModel):
             return False
         if not self.text:
             return True
-        hosts = [LOCAL_DISPLAY_NAME if h == LOCAL else h for h in run.hosts]  # as the Host column shows them
+        hosts = [host_display_name(h) for h in run.hosts]  # as the Host column shows them
         haystack = " ".join([run.name, run.id, " ".join(run.tags), " ".join(run.hosts), " ".join(hosts),
                              str((run.config or {}).get("workload", ""))]).lower()
         return all(word in haystack for word in self.text.split())
