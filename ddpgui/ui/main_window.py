@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.hosts_panel.nodes_selected.connect(lambda _: self._host_selected(self.hosts_panel.current()))
         self.hosts_panel.test_requested.connect(self.test_connection)
         self.hosts_panel.hosts_changed.connect(self._update_prices)
+        self.hosts_panel.probed.connect(self.set_probe)  # saved after the host dialog's successful test
         self.launch_panel.launch_requested.connect(self.launch)
         self.runs_table.run_opened.connect(self.show_run)  # selecting alone never switches the tab
         self.runs_table.runs_selected.connect(self.dashboard.set_runs)

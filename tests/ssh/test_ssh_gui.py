@@ -30,7 +30,7 @@ def window(qtbot, tmp_path, ssh_env):
 
 
 def _fill_host_dialog(ssh_env, tmp_path, errors):
-    """Runs inside the dialog's own event loop (exec); offscreen there is no active window, so look it up."""
+    """Runs once the dialog is open; offscreen there is no active window, so look it up."""
     shown = [w for w in QApplication.topLevelWidgets() if w.objectName() == "host_edit_dialog" and w.isVisible()]
     if not shown:
         QTimer.singleShot(20, lambda: _fill_host_dialog(ssh_env, tmp_path, errors))
@@ -56,7 +56,8 @@ def test_add_an_ssh_host_accept_its_key_launch_watch_and_stop(window, qtbot, ssh
     panel = window.hosts_panel
     errors = []
     QTimer.singleShot(0, lambda: _fill_host_dialog(ssh_env, tmp_path, errors))
-    panel.buttons["add"].click()  # modal: the timer fills it in and saves
+    panel.buttons["add"].click()  # window-modal, not blocking: the timer fills it in and saves
+    qtbot.waitUntil(lambda: "lab-box" in window.hosts or bool(errors), timeout=30_000)
     assert not errors, errors
     assert panel.current() == "lab-box" and "lab-box" in window.hosts
 

@@ -1,7 +1,9 @@
 """Add or edit a host profile (an SSH host or a Slurm cluster); validation errors are shown inline: the message
 under the form, and the field at fault marked and focused.  "Test connection" tries the profile as the form
 describes it, before it is saved, on a worker thread: the result (the probe in short, or the error and its hint)
-is said in the dialog."""
+is said in the dialog, in the error colour with what to change when the host cannot run (no torch for its Python:
+the Python field is marked).  Saved after a successful test of the same connection, the profile keeps that test's
+probe (:attr:`HostEditDialog.result_probe`): the hosts list shows it as if the host had been probed."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +37,7 @@ from ..prompts import Prompts
 from ..texts import required_or, without_class_name
 from ..widgets.dashboard_header import never_widening
 from ..workers import GeneratorWorker
-from .host_test import check_profile, probe_summary, problems_of
+from .host_test import check_profile, probe_summary, problem_lines, problems_of, torch_missing
 
 KIND_CHOICES = (("SSH host", "ssh"), ("Slurm cluster", "slurm"))
 #: The login methods in words; the profile stores the identifiers (AUTH_METHODS).
@@ -47,6 +49,8 @@ MIN_WIDTH = 520
 GPU_FLAG_CHOICES = (("--gres=gpu:N", "gres"), ("--gpus-per-node=N", "gpus-per-node"))
 _INVALID_LABEL = "color: #d93025; font-weight: 600;"
 _TEST_STYLES = {"ok": "color: #188038;", "error": "color: #d93025;", "busy": "color: #5f6368;"}
+#: Profile fields that do not change what a test finds: a probe tested with other values of these still holds.
+_NOT_CONNECTION = frozenset({"name", "notes", "price_per_hour"})
 
 
 class HostEditDialog(QDialog):
@@ -134,6 +138,9 @@ class HostEditDialog(QDialog):
         layout.addWidget(self.test_result)
         layout.addWidget(buttons)
         self.result_profile: HostProfile | None = None
+        #: The probe of the last successful test, when it tested the saved profile's connection (set by Save).
+        self.result_probe: dict | None = None
+        self._tested_probe: tuple[HostProfile, dict] | None = None  # the last successful test's profile and probe
         #: The field (as a HostError names it) marked invalid by the last save, if any.
         self.invalid_field: str | None = None
         self._fields: dict[str, QWidget] = {
@@ -316,7 +323,18 @@ class HostEditDialog(QDialog):
         if profile is None:
             return
         self.result_profile = profile
+        self.result_probe = self._probe_of(profile)
         self.accept()
+
+    def _probe_of(self, profile: HostProfile) -> dict | None:
+        """The last successful test's probe if it tested this profile's connection (host, login, Python, run
+        folder…: what the test found may differ when one of them changed since)."""
+        if self._tested_probe is None:
+            return None
+        tested, probe = self._tested_probe
+        connection = [{k: v for k, v in dataclasses.asdict(p).items() if k not in _NOT_CONNECTION}
+                      for p in (tested, profile)]
+        return probe if connection[0] == connection[1] else None
 
     # ---- testing the connection ---------------------------------------------------------
     def test_connection(self) -> GeneratorWorker | None:
@@ -332,7 +350,7 @@ class HostEditDialog(QDialog):
         worker = self._test_worker = GeneratorWorker(check_profile, profile, self._hosts or HostStore(), **connect)
         where = profile.display_name if profile.is_local else profile.hostname
         worker.yielded.connect(lambda step: self._tested(worker, "busy", f"Testing {where}: {step}…"))
-        worker.returned.connect(lambda probe: self._tested(worker, "ok", self._ok_text(where, probe)))
+        worker.returned.connect(lambda probe: self._tested(worker, "ok", self._ok_text(where, probe), (profile, probe)))
         worker.errored.connect(lambda exc: self._tested(worker, "error", self._error_text(exc)))
         self.test_button.setEnabled(False)
         self._tested(worker, "busy", f"Testing {where}…")
@@ -341,22 +359,28 @@ class HostEditDialog(QDialog):
 
     @staticmethod
     def _ok_text(where: str, probe: dict) -> str:
-        problems = problems_of(probe)
-        text = f"Connected to {where}: " + probe_summary(probe).replace("\n", " · ")
-        return text + "".join(f"\nBut: {p}" for p in problems)
+        """The probe in a line, then each thing the host cannot run and what to change."""
+        return "\n".join([f"Connected to {where}: " + probe_summary(probe).replace("\n", " · "), *problem_lines(probe)])
 
     @staticmethod
     def _error_text(exc: BaseException) -> str:
         message, hint = describe(exc)
         return f"Could not connect: {without_class_name(message)}" + (f"\nHint: {hint}" if hint else "")
 
-    def _tested(self, worker: GeneratorWorker, state: str, text: str) -> None:
+    def _tested(self, worker: GeneratorWorker, state: str, text: str,
+                tested: tuple[HostProfile, dict] | None = None) -> None:
+        """Say a test's step or result; ``tested``: the profile and probe of a successful one.  Connected to a
+        host that cannot run (the probe's errors) is said in the error colour; no torch marks the Python field."""
         if worker is not self._test_worker:  # an older test's (the form was tested again, or closed)
             return
         self.test_state = state
+        self._tested_probe = tested
         self.test_result.setText(text)
-        self.test_result.setStyleSheet(_TEST_STYLES[state])
+        cannot_run = tested is not None and bool(problems_of(tested[1]))
+        self.test_result.setStyleSheet(_TEST_STYLES["error" if cannot_run else state])
         self.test_result.setVisible(True)
+        if tested is not None and torch_missing(tested[1]):
+            self._mark("python")
         if state != "busy":
             self.test_button.setEnabled(True)
 

@@ -70,3 +70,24 @@ def check_profile(profile: HostProfile, hosts: HostStore, package: RunnerPackage
 def problems_of(probe: dict) -> list[str]:
     """The probe's errors (what the host cannot run), in words."""
     return [p.get("message", "") for p in probe.get("problems") or [] if p.get("severity") == "error"]
+
+
+#: What to change when the profile's Python has no torch (the probe's own hint speaks of the host profile).
+PYTHON_HINT = ("set Python (above) to the interpreter that has torch, e.g. ~/venv/bin/python or "
+               "~/miniconda3/envs/NAME/bin/python, or pip install torch for this one")
+
+
+def torch_missing(probe: dict | None) -> bool:
+    """The probe found no torch for the profile's Python."""
+    return any(p.get("code") == "torch_missing" for p in (probe or {}).get("problems") or [])
+
+
+def problem_lines(probe: dict) -> list[str]:
+    """Each error of the probe ("But: …") with what to do ("Hint: …"); no torch: change the Python field."""
+    lines = []
+    for problem in probe.get("problems") or []:
+        if problem.get("severity") != "error":
+            continue
+        hint = PYTHON_HINT if problem.get("code") == "torch_missing" else problem.get("hint")
+        lines += [f"But: {problem.get('message', '')}"] + ([f"Hint: {hint}"] if hint else [])
+    return lines

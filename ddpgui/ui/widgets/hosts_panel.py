@@ -6,6 +6,10 @@ or error never widens the list or the window.
 A host whose GPUs the app samples (ddpgui/ui/gpu_watch.py) shows a compact "3 of 8 GPUs free" in front of its
 probe summary, its busy GPUs' holders in the tooltip; it is rendered again only when that text changes.
 
+A host whose probe found something it cannot run (no torch for its Python, say) has its dot in the error colour
+and the problems with their hints in its tooltip.  A host saved from the host dialog after a successful Test
+connection keeps that test's probe (:attr:`HostsPanel.probed` tells the window to remember it).
+
 Several hosts may be selected (Ctrl/Shift-click) for one multi-node run: the first
 one selected is node 0.  The current host (the last clicked) still drives the launch
 form's per-host choices.
@@ -34,7 +38,7 @@ from ddpgui.core.hosts import LOCAL, HostError, HostProfile, HostStore
 from ddpgui.core.ssh.known_hosts import KnownHosts
 
 from ..dialogs.host_edit import HostEditDialog
-from ..dialogs.host_test import probe_summary
+from ..dialogs.host_test import probe_summary, problem_lines
 from ..dialogs.ssh_import import SshImportDialog
 
 STATUS_COLORS = {"unknown": "#9aa0a6", "checking": "#4c8df6", "reachable": "#34a853", "busy": "#f29900",
@@ -72,6 +76,7 @@ class HostsPanel(QWidget):
     nodes_selected = Signal(list)  # the selected host names in selection order (node 0 first)
     test_requested = Signal(str)
     hosts_changed = Signal()
+    probed = Signal(str, dict)  # a host saved with its dialog's successful test: its name and that test's probe
 
     def __init__(self, hosts: HostStore, parent=None):
         super().__init__(parent)
@@ -140,12 +145,18 @@ class HostsPanel(QWidget):
         where = "" if profile.is_local else f"  ({profile.user + '@' if profile.user else ''}{profile.hostname})"
         price = f"  · {profile.price_per_hour:g}/h" if profile.price_per_hour else ""
         cluster = f"  · Slurm · partition {profile.slurm.partition}" if profile.slurm is not None else ""
-        detail = self.details.get(name) or probe_summary(self.probes.get(name))
+        probe = self.probes.get(name)
+        detail = self.details.get(name) or probe_summary(probe)
+        problems = problem_lines(probe) if probe and status == "reachable" else []
+        if problems:  # reachable, but it cannot run: not green
+            status = "error"
         gpus, gpu_tip = self.gpu_summaries.get(name, ("", ""))
         shown = f"{gpus} · {detail}" if gpus else detail  # first: the right end of a line is what elision cuts
         item.setText(f"{profile.display_name}{where}{cluster}{price}\n{shown}")
         item.setIcon(status_icon(status))
-        item.setToolTip(f"{profile.display_name}{where}{cluster}{price}: {status}\n{shown}"
+        said = self.status.get(name, "unknown")
+        item.setToolTip(f"{profile.display_name}{where}{cluster}{price}: {said}\n{shown}"
+                        + "".join(f"\n{line}" for line in problems)
                         + (f"\n{gpu_tip}" if gpu_tip else "") + (f"\n{profile.notes}" if profile.notes else ""))
 
     def item(self, name: str) -> QListWidgetItem | None:
@@ -219,9 +230,15 @@ class HostsPanel(QWidget):
             self.host_selected.emit(item.data(Qt.ItemDataRole.UserRole))
             self.buttons["delete"].setEnabled(item.data(Qt.ItemDataRole.UserRole) != LOCAL)
 
-    def _save(self, dialog: HostEditDialog, add: bool, old_name: str | None = None) -> None:
-        if dialog.exec() != HostEditDialog.DialogCode.Accepted:
-            return
+    def _save(self, dialog: HostEditDialog, add: bool, old_name: str | None = None) -> HostEditDialog:
+        """Open the dialog (window-modal, not blocking); Save stores its profile.  Returns the dialog."""
+        dialog.accepted.connect(lambda: self._store(dialog, add, old_name))
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
+
+    def _store(self, dialog: HostEditDialog, add: bool, old_name: str | None) -> None:
+        """Store the dialog's profile (with its successful test's probe, if that tested this connection)."""
         profile = dialog.result_profile
         try:
             if add:
@@ -235,26 +252,31 @@ class HostsPanel(QWidget):
             return
         self.reload(profile.name)
         self.hosts_changed.emit()
+        if dialog.result_probe is not None:
+            self.set_status(profile.name, "reachable", probe=dialog.result_probe)
+            self.probed.emit(profile.name, dialog.result_probe)
 
     def dialog(self, profile: HostProfile | None = None) -> HostEditDialog:
         """The host dialog of ``profile`` (None: a new host); its Test connection knows the saved hosts."""
         return HostEditDialog(profile, self, hosts=self.hosts, known_hosts=self.known_hosts)
 
-    def add_host(self) -> None:
-        self._save(self.dialog(None), add=True)
+    def add_host(self) -> HostEditDialog:
+        """The dialog of a new host, opened (returned)."""
+        return self._save(self.dialog(None), add=True)
 
-    def edit_host(self) -> None:
+    def edit_host(self) -> HostEditDialog:
+        """The dialog of the current host, opened (returned)."""
         name = self.current()
-        self._save(self.dialog(self.hosts.get(name)), add=False, old_name=name)
+        return self._save(self.dialog(self.hosts.get(name)), add=False, old_name=name)
 
-    def duplicate_host(self) -> None:
+    def duplicate_host(self) -> HostEditDialog | None:
         profile = self.hosts.get(self.current())
         if profile.is_local:
-            return
+            return None
         dialog = self.dialog(profile)
         dialog._original = None
         dialog.name.setText(f"{profile.name}-copy")
-        self._save(dialog, add=True)
+        return self._save(dialog, add=True)
 
     def delete_host(self) -> None:
         name = self.current()
