@@ -49,6 +49,7 @@ from ..dialogs.script_mapping import MappingDialog
 from .field_marks import FieldMarks
 from .gpu_picker import GpuPicker
 from .launch_tips import apply_tips
+from .process_guess import guess_tip, process_limit, show_processes
 from .script_reading import ScriptReading
 from .script_settings import ScriptSettings
 from .slurm_view import (
@@ -243,18 +244,16 @@ class LaunchPanel(FieldMarks, QWidget):
         else:
             self.partitions = []
             limit, what = min(max_processes(p) for p in probes)
-            self.nproc.setMaximum(limit)
-            unknown = "" if all(probes) else " (Test connection to know)" if len(names) == 1 else \
-                " (Test connection on every node to know)"
+            self.nproc.setMaximum(limit)  # a guess until every node is probed: "2?", greyed words
+            show_processes(self.nproc, self.nproc_label, *process_limit(limit, what, len(names), [
+                d for d, p in zip(display_names, probes) if not p]))
         if self.cluster is None and len(names) == 1:
             self.title.setText(f"Launch on {display_names[0]}")
             self.nodes_label.setVisible(False)
-            self.nproc_label.setText(f"of {limit} {what}{unknown}")
         elif self.cluster is None:
             self.title.setText(f"Launch on {len(names)} nodes")
             self.nodes_label.setText(f"{len(names)} nodes: {display_names[0]} (node 0), " + ", ".join(display_names[1:]))
             self.nodes_label.setVisible(True)
-            self.nproc_label.setText(f"per node, of {limit} {what} on the smallest node{unknown}")
         self.problems = precision_problems(list(zip(display_names, probes)), self.cluster)  # as the sweep dialog's
         if self.problems.get(self.precision.currentText()):
             self.precision.setCurrentIndex(0)  # fp32, or a script's "as the script does"
@@ -274,7 +273,8 @@ class LaunchPanel(FieldMarks, QWidget):
         limit, what = processes_per_node(part, options)
         self.nproc.setMaximum(limit)
         where = f"per node in partition {part.name}" if part else "per node (Test connection to know)"
-        self.nproc_label.setText(f"of {limit} {what} {where}")
+        show_processes(self.nproc, self.nproc_label, f"of {limit}{'' if part else '?'} {what} {where}",
+                       "" if part else guess_tip([display_name]))
 
     def set_gpu_snapshot(self, host: str, snapshot) -> None:
         """The latest HostSnapshot of ``host`` (its host monitor's): the GPU row's states and warnings."""
