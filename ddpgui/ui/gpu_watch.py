@@ -1,8 +1,10 @@
 """The hosts' GPUs sampled while somebody looks: :class:`GpuWatch` over the core's host monitors, and the main
 window's wiring of it (:class:`GpuWiring`: the hosts panel's "3 of 8 GPUs free", the GPUs tab, the launch form).
 
-Each owner (the hosts panel's ``badges``, the ``gpus_tab``, the ``launch`` form) says which hosts it looks at
-(:meth:`GpuWatch.watch`); the union is sampled, one long-lived sampler per host
+Each owner says which hosts it looks at (:meth:`GpuWatch.watch`): the hosts panel's ``badges`` This computer
+(always, it costs no host anything), the ``launch`` form its nodes (the hosts selected), the ``gpus_tab`` what it
+shows (nothing while hidden), the ``dashboard`` the hosts of its live runs while it is shown.  An SSH host nobody
+selected, shows or watches a live run of is not sampled, connected or not.  The union is sampled, one long-lived sampler per host
 (:class:`~ddpgui.core.gpus.monitor.HostMonitor`), and a host nobody looks at any more is released: its sampler
 ends ``grace_s`` later.  Only hosts the window's pool is already connected to are sampled (This computer always
 is): looking never opens a connection, so never asks for a password or a host key — the user connects with
@@ -21,6 +23,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from ddpgui.core.errors import describe
 from ddpgui.core.gpus.monitor import HostMonitors
 from ddpgui.core.gpus.snapshot import HostSnapshot
+from ddpgui.core.hosts import LOCAL
 
 from .bridge import GuiRelay
 
@@ -69,12 +72,14 @@ class GpuWatch(QObject):
     Nothing samples before :meth:`start` (the app starts it; tests build windows without it).  ``connected(host)``
     says whether a host may be sampled without connecting (default: ``pool.connected``), ``is_slurm(host)`` which
     hosts are clusters.  Signals, on the GUI thread: ``snapshot(host, HostSnapshot)``, ``problem(host, message,
-    hint)``, ``waiting(host, text)`` (starting, not connected, a Slurm cluster).
+    hint)``, ``waiting(host, text)`` (starting, not connected, a Slurm cluster), ``released(host)`` (nobody looks
+    at it any more: its sampler ends after the grace, what it said is no longer current).
     """
 
     snapshot = Signal(str, object)
     problem = Signal(str, str, str)
     waiting = Signal(str, str)
+    released = Signal(str)
 
     def __init__(self, pool, *, connected=None, is_slurm=None, retry_ms: int = RETRY_MS, parent=None):
         super().__init__(parent)
@@ -193,6 +198,7 @@ class GpuWatch(QObject):
             monitor.release()  # a timer ends it later: nothing waits here
         else:  # it stops at once, and stopping waits for the sampler to end: not on the GUI thread
             threading.Thread(target=monitor.release, name=f"gpu-release-{host}", daemon=True).start()
+        self.released.emit(host)
 
     # ---- from the monitors' workers ----------------------------------------------------------
     def _deliver(self, value) -> None:
@@ -200,6 +206,8 @@ class GpuWatch(QObject):
         if self.closed:
             return
         self._said.pop(host, None)
+        if host not in self._acquired:  # from a sampler in its grace after the last look: nobody shows it
+            return
         if kind == "snapshot":
             self._failed.discard(host)
             self._latest[host] = payload
@@ -255,10 +263,15 @@ class GpuWiring(QObject):
         self.watch.snapshot.connect(self._snapshot)
         self.watch.problem.connect(self._problem)
         self.watch.waiting.connect(self._waiting)
+        self.watch.released.connect(self._released)
         if hasattr(window.launch_panel, "set_gpu_snapshot"):  # the launch form's GPU picker
             panel.host_selected.connect(lambda _name: self._launch_nodes())
             panel.nodes_selected.connect(lambda _names: self._launch_nodes())
             self._launch_nodes()
+        # the dashboard's runs change with the runs selected and its visibility with the tab; the timer catches
+        # a run that ended
+        window.runs_table.runs_selected.connect(lambda _ids: self._dashboard_hosts())
+        window.tabs.currentChanged.connect(lambda _index: self._dashboard_hosts())
 
     # ---- the GPUs tab ------------------------------------------------------------------------
     def attach_tab(self, tab) -> None:
@@ -323,6 +336,17 @@ class GpuWiring(QObject):
             self._fed[host] = shown
             self.window.launch_panel.set_gpu_snapshot(host, snapshot)
 
+    # ---- the dashboard -----------------------------------------------------------------------
+    def _dashboard_hosts(self) -> None:
+        """The dashboard looks at the hosts of its runs that are live, while it is shown."""
+        dashboard, hosts = self.window.dashboard, []
+        if dashboard.isVisible():
+            runs = {run.id: run for run in self.window.runs_table.model.runs}
+            hosts = [h for run_id in dashboard.run_ids if run_id in runs and runs[run_id].active
+                     for h in runs[run_id].hosts or [runs[run_id].host]]
+        if hosts != self.watch.looking("dashboard"):
+            self.watch.watch("dashboard", hosts)
+
     # ---- life --------------------------------------------------------------------------------
     def start(self, **options) -> None:
         """Begin sampling (``options``: ``interval_s``, ``grace_s`` for every host's monitor)."""
@@ -331,15 +355,16 @@ class GpuWiring(QObject):
         self.refresh()
 
     def refresh(self) -> None:
-        """The badges look at every host but clusters (only the connected ones are sampled); a cluster's badge
-        says why it is not; the GPUs tab learns which of its hosts are connected."""
+        """The badges look at This computer (an SSH host's badge comes while something else looks at it: it is
+        selected, shown in the GPUs tab or running a live run on the dashboard); a cluster's badge says why it is
+        not sampled; the GPUs tab learns which of its hosts are connected."""
         if not self.watch.started or self.watch.closed:
             return
-        profiles = self.window.hosts.profiles()
-        for profile in profiles:
+        for profile in self.window.hosts.profiles():
             if profile.is_slurm:
                 self.window.hosts_panel.set_gpu_summary(profile.name, SLURM_TEXT, SLURM_TIP)
-        self.watch.watch("badges", [p.name for p in profiles if not p.is_slurm])
+        self.watch.watch("badges", [LOCAL])
+        self._dashboard_hosts()
         if self.tab is not None:
             self._tell_connected()
 
@@ -373,6 +398,11 @@ class GpuWiring(QObject):
                                                 + (f"\nHint: {hint}" if hint else ""))
         if self.tab is not None and host in self._tab_hosts:
             self.tab.show_problem(host, message, hint)
+
+    def _released(self, host: str) -> None:
+        """Not sampled any more: its badge, no longer current, goes (its probe summary stays)."""
+        if not self.window.manager.is_slurm(host):
+            self.window.hosts_panel.set_gpu_summary(host, "")
 
     def _waiting(self, host: str, text: str) -> None:
         if text == NOT_CONNECTED_TEXT:  # dropped from the pool (a failed Test connection): no badge

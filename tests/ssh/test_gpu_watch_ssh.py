@@ -1,6 +1,8 @@
 """The window's GPU sampling of an SSH host over the real loopback sshd (tests/ssh/conftest.py), on this CPU host:
 the host's badge comes only once the user connected it (Test connection), never by itself; its sampler runs on
-the host's own connection and ends with the window; a host gone silent never stops the window's event loop."""
+the host's own connection and ends with the window; a host gone silent never stops the window's event loop; an SSH
+host's GPUs are sampled only while something looks at them (issue 24: a sampler ran 9½ minutes on a host nobody
+looked at): the GPUs tab shown, a live run of the host on the dashboard, the host selected."""
 import getpass
 import os
 import signal
@@ -9,8 +11,10 @@ import time
 
 import pytest
 from helpers.sampler_processes import samplers
+from helpers.stored_runs import store_run
 from PySide6.QtCore import QSettings, QTimer
 
+from ddpgui.core.hosts import LOCAL
 from ddpgui.core.runs.manager import RunManager
 from ddpgui.core.store import RunStore
 from ddpgui.core.targets.factory import open_target
@@ -72,6 +76,7 @@ def test_a_host_gone_silent_never_stops_the_event_loop(window, qtbot, tmp_path, 
     box_root = str(tmp_path / "box root")
     seen = _snapshots(window, "box")
     window.start_gpu_watch(interval_s=INTERVAL_S, grace_s=GRACE_S)
+    window.hosts_panel.select("box")  # looked at (an SSH host nobody looks at is not sampled)
     window.test_connection("box")
     qtbot.waitUntil(lambda: len(seen) >= 2, timeout=WAIT_MS)
     frozen = ssh_env.server.freeze_connections()  # the link stays open and says nothing, like a dead route
@@ -105,3 +110,55 @@ def test_a_host_gone_silent_never_stops_the_event_loop(window, qtbot, tmp_path, 
                 pass
     window.close()
     qtbot.waitUntil(lambda: not samplers(box_root), timeout=WAIT_MS)
+
+
+def test_an_ssh_host_is_sampled_only_while_something_looks_at_it(window, qtbot, tmp_path):
+    box_root = str(tmp_path / "box root")
+    watch, panel, tab = window.gpu_watch, window.hosts_panel, window.gpus_tab
+    window.start_gpu_watch(interval_s=INTERVAL_S, grace_s=GRACE_S)
+    assert panel.current() == LOCAL
+    window.test_connection("box")  # connected (as a launch or a reattach connects), but not looked at
+    qtbot.waitUntil(lambda: panel.status.get("box") in ("reachable", "error"), timeout=WAIT_MS)
+    assert panel.status["box"] == "reachable", panel.details.get("box")
+    assert window.manager.targets.connected("box")
+    window.gpu.refresh()  # what the window's timer does every few seconds
+    assert "box" not in watch.watched() and "box" not in watch.sampled()
+    assert not samplers(box_root) and "box" not in panel.gpu_summaries
+
+    window.tabs.setCurrentWidget(tab)  # the GPUs tab, every host at once: looked at
+    tab.set_mode("fleet")
+    qtbot.waitUntil(lambda: len(samplers(box_root)) == 1, timeout=WAIT_MS)
+    first = samplers(box_root)
+    qtbot.waitUntil(lambda: tab.fleet.card("box").summary.text() != "", timeout=WAIT_MS)
+
+    window.tabs.setCurrentWidget(window.dashboard)  # hidden: released, its sampler ends on the host
+    assert "box" not in watch.sampled() and watch.sampled() == {LOCAL}
+    qtbot.waitUntil(lambda: not samplers(box_root), timeout=WAIT_MS)
+    assert "box" not in panel.gpu_summaries  # no badge that is no longer current
+
+    window.tabs.setCurrentWidget(tab)  # shown again: a new sampler
+    qtbot.waitUntil(lambda: len(samplers(box_root)) == 1, timeout=WAIT_MS)
+    assert samplers(box_root) != first
+    window.tabs.setCurrentWidget(window.dashboard)
+    qtbot.waitUntil(lambda: not samplers(box_root), timeout=WAIT_MS)
+
+    # a live run of the host on the dashboard looks at it; once it ended, nothing does
+    store = window.store
+    store_run(store, "live", {"workload": "mlp", "steps": 10}, hosts=("box",), state="running")
+    window.runs_table.model.reload()
+    window.runs_table.select_run("live")
+    assert window.dashboard.run_ids == ["live"]
+    window.gpu.refresh()
+    assert watch.looking("dashboard") == ["box"]
+    qtbot.waitUntil(lambda: len(samplers(box_root)) == 1, timeout=WAIT_MS)
+    window.runs_table.model.update_run(store.update_run("live", state="finished"))
+    window.gpu.refresh()
+    assert watch.looking("dashboard") == [] and "box" not in watch.sampled()
+    qtbot.waitUntil(lambda: not samplers(box_root), timeout=WAIT_MS)
+
+    panel.select("box")  # selected (the launch form's host): looked at
+    qtbot.waitUntil(lambda: len(samplers(box_root)) == 1, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "box" in panel.gpu_summaries, timeout=WAIT_MS)
+    panel.select(LOCAL)
+    qtbot.waitUntil(lambda: not samplers(box_root), timeout=WAIT_MS)
+    window.close()
