@@ -69,12 +69,14 @@ def test_a_successful_test_is_kept_on_save_and_bounds_the_launch_form(window, qt
     panel, launch = window.hosts_panel, window.launch_panel
     assert "not probed yet" in panel.item(LOCAL).text() and launch.nproc.suffix() == "?"
     dialog = panel.edit_host()
+    assert dialog.name.text() == "This computer" and not dialog.name.isEnabled()  # its id "local" is not shown
     dialog.python.setText(sys.executable)  # the interpreter that has torch
     text = _test(dialog, qtbot)
     assert dialog.test_state == "ok" and "\nBut: " not in text and f"torch {_torch_version()}" in text, text
     assert ERROR_COLOUR not in dialog.test_result.styleSheet() and dialog.invalid_field is None
     dialog.notes.setText("the laptop")  # a note changes nothing the test found
     dialog._save()
+    assert dialog.result_profile.name == LOCAL and dialog.result_profile.notes == "the laptop"
     assert dialog.result_probe is not None and dialog.result_probe.get("cpu_count")
     item = panel.item(LOCAL)
     assert "not probed yet" not in item.text() and f"torch {_torch_version()}" in item.text(), item.text()
@@ -104,7 +106,7 @@ def test_an_untested_host_s_process_count_is_a_guess_until_it_is_probed(window, 
     assert launch.host == "far" and launch.nproc.suffix() == "?"  # "2?" in the box
     assert launch.nproc.text().endswith("?")
     label = launch.nproc_label.text()
-    assert label.startswith(f"of {launch.nproc.maximum()}? (a guess: not probed yet") and "Test connection" in label
+    assert label == f"of {launch.nproc.maximum()}? (a guess: Test connection to know)"
     assert launch.nproc_label.styleSheet() == GUESS_STYLE
     assert launch.nproc.toolTip().startswith("A guess: far is not probed yet")
     panel.select_nodes([LOCAL, "far"])  # a run across both: still a guess while a node is not probed

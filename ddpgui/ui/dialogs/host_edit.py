@@ -68,7 +68,7 @@ class HostEditDialog(QDialog):
         self._original = profile
         local = profile is not None and profile.is_local
         self.form = form = QFormLayout()
-        self.name = QLineEdit(profile.name if profile else "")
+        self.name = QLineEdit(profile.display_name if profile else "")  # This computer: its id stays "local"
         self.kind = QComboBox(objectName="host_kind",
                               toolTip="A Slurm cluster is reached over SSH through its login node; its runs are "
                                       "jobs that Slurm schedules")
@@ -246,7 +246,8 @@ class HostEditDialog(QDialog):
     def profile(self) -> HostProfile:
         """The profile the form describes (validated as a whole: a HostError names the bad field)."""
         values = dict(
-            name=self.name.text().strip(), hostname=self.hostname.text().strip(), port=self.port.value(),
+            name=self._original.name if self._original and self._original.is_local else self.name.text().strip(),
+            hostname=self.hostname.text().strip(), port=self.port.value(),
             user=self.user.text().strip(), auth=self.auth.currentData(), key_file=self.key_file.text().strip() or None,
             proxy_jump=[p.strip() for p in self.proxy_jump.text().split(",") if p.strip()],
             python=self.python.text().strip() or "python3", run_root=self.run_root.text().strip() or "~/.ddpgui",
