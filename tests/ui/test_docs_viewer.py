@@ -1,8 +1,9 @@
-"""Help ▸ Documentation (issue 24): the guides in the desktop's browser, else in the app's own viewer.
+"""Help ▸ Documentation (issue 24): the guides in the app's own viewer, handed to the desktop on request.
 
 Under the offscreen platform the desktop has no browser: ``QDesktopServices.openUrl`` returns False (and only
-prints a line on stderr), as on a desktop with no browser or ``xdg-open`` registered.  The viewer must then
-show docs/index.md and follow its links to the other guides, inside the app.
+prints a line on stderr), as on a desktop with no browser or ``xdg-open`` registered.  The viewer shows
+docs/index.md and follows its links to the other guides, inside the app; handing a page over says when nothing
+took it.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_no_browser_shows_the_guides_in_the_app_and_follows_their_links(window, 
     assert viewer.page() == DOCS / "index.md"
     text = viewer.browser.toPlainText()
     assert "Guides, one per task" in text and "Slurm clusters" in text
-    assert "No browser is registered" in viewer.note.text()
+    assert str(DOCS) in viewer.note.text()
     assert not viewer.back.isEnabled()
 
     _click_link(qtbot, viewer, "guide-slurm.md")
@@ -69,7 +70,7 @@ def test_no_browser_shows_the_guides_in_the_app_and_follows_their_links(window, 
 def test_links_the_viewer_cannot_show_go_to_the_desktop_or_say_why(window, qtbot):
     asked = []
     viewer = open_guides(window, opener=lambda url: asked.append(url) or False)
-    assert isinstance(viewer, DocsViewer) and asked == [QUrl.fromLocalFile(str(DOCS / "index.md"))]
+    assert isinstance(viewer, DocsViewer) and asked == []  # the app shows the guides: nothing asked of the desktop
     viewer.follow(QUrl("no-such-guide.md"))
     assert f"{DOCS / 'no-such-guide.md'} is missing" in viewer.note.text()
     assert viewer.page() == DOCS / "index.md"
@@ -83,12 +84,17 @@ def test_links_the_viewer_cannot_show_go_to_the_desktop_or_say_why(window, qtbot
     viewer.close()
 
 
-def test_a_registered_browser_gets_the_index_and_no_viewer_opens(window):
+def test_open_with_the_desktop_hands_over_the_page_shown_or_says_nothing_took_it(window, qtbot):
     asked = []
-    assert open_guides(window, opener=lambda url: asked.append(url) or True) is None
-    assert asked == [QUrl.fromLocalFile(str(DOCS / "index.md"))]
-    assert window.findChild(DocsViewer) is None
-    assert "index.md" in window.statusBar().currentMessage()
+    viewer = open_guides(window, opener=lambda url: asked.append(url) or True)
+    viewer.follow(QUrl("guide-cli.md"))
+    qtbot.mouseClick(viewer.external, Qt.MouseButton.LeftButton)
+    assert asked == [QUrl.fromLocalFile(str(DOCS / "guide-cli.md"))]
+    assert "No application" not in viewer.note.text()
+    viewer.opener = lambda url: False  # a desktop with nothing registered for Markdown
+    qtbot.mouseClick(viewer.external, Qt.MouseButton.LeftButton)
+    assert "No application is registered to open" in viewer.note.text() and "guide-cli.md" in viewer.note.text()
+    viewer.close()
 
 
 def test_an_installation_without_docs_says_where_they_are(window, qtbot, monkeypatch, tmp_path):

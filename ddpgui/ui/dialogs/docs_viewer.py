@@ -1,10 +1,12 @@
-"""Help ▸ Documentation: the guides in docs/, in the desktop's browser or, where none is registered, in the app.
+"""Help ▸ Documentation: the guides in docs/, shown in the app.
 
 The guides are Markdown files in the ``docs/`` folder beside the ``ddpgui`` package (a source checkout or an
-editable install, as ``make run`` makes).  :func:`open_guides` first asks the desktop to open ``docs/index.md``
-(``QDesktopServices.openUrl``); where that fails (no browser or ``xdg-open``, a headless session) the
-:class:`DocsViewer` renders them itself: Markdown with its pictures scaled to the window, links between guides
-followed inside it, Back/Forward/Contents.  A wheel carries no ``docs/``: then a box says where they are.
+editable install, as ``make run`` makes).  :class:`DocsViewer` renders them itself: Markdown with its pictures
+scaled to the window, links between guides followed inside it, Back/Forward/Contents.  A desktop hands a local
+``.md`` to a text editor (raw Markdown), and some have no application at all (``QDesktopServices.openUrl``
+then only prints a line on stderr), so the app shows them; "Open with the desktop" hands the page shown over for
+those who want it, and says so when nothing takes it.  A wheel carries no ``docs/``: then a box says where they
+are.
 """
 from __future__ import annotations
 
@@ -51,11 +53,11 @@ def missing_text(online: str | None) -> str:
 
 
 def open_guides(window, opener: Opener | None = None) -> QDialog | QMessageBox | None:
-    """Open the guides for Help ▸ Documentation: the desktop's browser, else the in-app viewer, else a box.
+    """Open the guides for Help ▸ Documentation: the in-app viewer, or a box where the installation has none.
 
-    ``opener`` is ``QDesktopServices.openUrl`` unless given; it returns False where no application is
-    registered (it then only prints a line on stderr, which no user sees).  Returns the viewer or box shown,
-    None when the desktop took it."""
+    ``opener`` (``QDesktopServices.openUrl`` unless given) is what the viewer hands pages and web links to; it
+    returns False where no application is registered.  Returns the viewer or box shown, None when the desktop
+    took the online address of an installation without docs/."""
     opener = opener or QDesktopServices.openUrl
     folder = docs_folder()
     if folder is None:
@@ -67,10 +69,6 @@ def open_guides(window, opener: Opener | None = None) -> QDialog | QMessageBox |
         box.setObjectName("docs_missing_box")
         box.open()
         return box
-    index = QUrl.fromLocalFile(str(folder / INDEX))
-    if opener(index):
-        window.statusBar().showMessage(f"Opened the guides ({folder / INDEX}) with the desktop's application", 8000)
-        return None
     viewer = window.findChild(DocsViewer, "docs_viewer")
     if viewer is None:
         viewer = DocsViewer(folder, opener, parent=window)
@@ -100,13 +98,16 @@ class DocsViewer(QDialog):
         self.back = QPushButton("◀ Back")
         self.forward = QPushButton("Forward ▶")
         self.home = QPushButton("Contents")
+        self.external = QPushButton("Open with the desktop")
+        self.external.setObjectName("docs_external")
+        self.external.setToolTip("Hand the page shown to the desktop's application for Markdown files")
+        self.external.clicked.connect(lambda: self._hand_over(self.browser.source(), str(self.page())))
         self.back.clicked.connect(self.browser.backward)
         self.forward.clicked.connect(self.browser.forward)
         self.home.clicked.connect(lambda: self.browser.setSource(self.index_url()))
         self.browser.backwardAvailable.connect(self.back.setEnabled)
         self.browser.forwardAvailable.connect(self.forward.setEnabled)
-        self.note = QLabel("No browser is registered on this desktop: the guides are shown here. They are the "
-                           f"Markdown files in {folder}.")
+        self.note = QLabel(f"The guides are the Markdown files in {folder}.")
         self.note.setObjectName("docs_note")
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text)")
@@ -114,6 +115,7 @@ class DocsViewer(QDialog):
         for button in (self.back, self.forward, self.home):
             buttons.addWidget(button)
         buttons.addStretch(1)
+        buttons.addWidget(self.external)
         layout = QVBoxLayout(self)
         layout.addLayout(buttons)
         layout.addWidget(self.browser, 1)
