@@ -3,14 +3,15 @@ curves.csv whose n is the number of repeats, with the mean and interval of the r
 import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.stats
 
-from ddpgui.core.analysis.stats import t_quantile
+from ddpgui.core.analysis.curves import ema
 from ddpgui.core.store import RunStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +43,15 @@ def test_compare_of_a_sweep_with_three_repeats_writes_curves_csv_with_n_3(tmp_pa
         losses = [{rec["step"]: rec["loss"] for rec in store.records(r.id) if rec.get("loss") is not None}
                   for r in runs]
     assert [int(r["x"]) for r in rows] == sorted(losses[0])
+    # each seed's losses smoothed (TensorBoard's debiased EMA, 0.6) before the centre; positive losses: the
+    # geometric mean and SciPy's t-interval of the logs, back-transformed (docs/ANALYSIS.md)
+    smooth = [dict(zip(sorted(seed), ema(np.array([seed[k] for k in sorted(seed)]), 0.6))) for seed in losses]
+    positive = all(v > 0 for seed in smooth for v in seed.values())
     for r in rows:
-        values = [seed[int(r["x"])] for seed in losses]
-        mean, half = statistics.mean(values), t_quantile(2) * statistics.stdev(values) / 3 ** 0.5
-        assert float(r["mean"]) == pytest.approx(mean)
-        assert float(r["ci_lo"]) == pytest.approx(mean - half) and float(r["ci_hi"]) == pytest.approx(mean + half)
+        values = np.array([seed[int(r["x"])] for seed in smooth])
+        data = np.log(values) if positive else values
+        lo, hi = scipy.stats.t.interval(0.95, 2, loc=data.mean(), scale=scipy.stats.sem(data))
+        back = np.exp if positive else (lambda v: v)
+        assert float(r["mean"]) == pytest.approx(back(data.mean()))
+        assert float(r["ci_lo"]) == pytest.approx(back(lo)) and float(r["ci_hi"]) == pytest.approx(back(hi))
+        assert r["centre"] == ("geometric mean" if positive else "mean")
