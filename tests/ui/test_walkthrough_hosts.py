@@ -106,18 +106,18 @@ def test_an_untested_host_s_process_count_is_a_guess_until_it_is_probed(window, 
     assert launch.host == "far" and launch.nproc.suffix() == "?"  # "2?" in the box
     assert launch.nproc.text().endswith("?")
     label = launch.nproc_label.text()
-    assert label == f"of {launch.nproc.maximum()}? (a guess: Test connection to know)"
+    assert label == f"of {launch.nproc.maximum()}? (a guess: not probed)"
     assert launch.nproc_label.styleSheet() == GUESS_STYLE
     assert launch.nproc.toolTip().startswith("A guess: far is not probed yet")
     panel.select_nodes([LOCAL, "far"])  # a run across both: still a guess while a node is not probed
-    assert launch.nproc.suffix() == "?" and "2 of 2 nodes not probed" in launch.nproc_label.text()
+    assert launch.nproc.suffix() == "?" and "per node (2 not probed)" in launch.nproc_label.text()
     window.set_probe("far", GPU_PROBE)
     panel.select("far")
     assert launch.nproc.suffix() == "" and launch.nproc.maximum() == 4
     assert launch.nproc_label.text() == "of 4 GPUs" and launch.nproc_label.styleSheet() == ""
     assert not launch.nproc.toolTip().startswith("A guess")
     panel.select_nodes(["far", LOCAL])
-    assert "1 of 2 nodes not probed" in launch.nproc_label.text() and "This computer" in launch.nproc.toolTip()
+    assert "per node (1 not probed)" in launch.nproc_label.text() and "This computer" in launch.nproc.toolTip()
 
 
 def test_this_computer_is_named_so_in_the_sweep_dialog_and_the_status_bar(window, qtbot, local_root):

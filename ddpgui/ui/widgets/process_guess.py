@@ -27,9 +27,8 @@ def process_limit(limit: int, what: str, nodes: int, unprobed: list[str]) -> tup
     if not unprobed:
         return (f"of {limit} {what}" if nodes == 1 else f"per node, of {limit} {what} on the smallest node"), ""
     if nodes == 1:
-        return f"of {limit}? (a guess: Test connection to know)", guess_tip(unprobed)
-    return (f"per node, of {limit}? (a guess: {len(unprobed)} of {nodes} nodes not probed; Test connection on "
-            "each to know)"), guess_tip(unprobed)
+        return f"of {limit}? (a guess: not probed)", guess_tip(unprobed)
+    return f"of {limit}? per node ({len(unprobed)} not probed)", guess_tip(unprobed)
 
 
 def show_processes(spin: QSpinBox, label: QLabel, text: str, guess: str = "") -> None:
