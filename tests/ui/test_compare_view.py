@@ -64,10 +64,18 @@ def test_table_numbers_are_those_of_analysis_compare(view, store, qtbot):
         for metric in analysis.RUN_METRICS:
             est = g.metrics[metric]
             assert view.table_value(g.key, metric) == est.mean, metric
-            assert view.table_value(g.key, metric, "± 95% CI") == est.ci95, metric
+            if est.has_interval:
+                assert (view.table_value(g.key, metric, "Low"), view.table_value(g.key, metric, "High")) == \
+                    (est.low, est.high), metric
+            elif est.range is not None:  # fewer than 3 repeats: Low and High are the repeats' range, said so
+                assert (view.table_value(g.key, metric, "Low"), view.table_value(g.key, metric, "High")) == \
+                    est.range, metric
+                assert view.table_value(g.key, metric, "Interval") == "range", metric
             assert view.table_value(g.key, metric, "n") == est.n, metric
         assert view.table_value(g.key, "speedup") == expected.speedup[g.key].value
-        assert view.table_value(g.key, "speedup", "Low") == expected.speedup[g.key].low
+        speedup = expected.speedup[g.key]
+        shown = (view.table_value(g.key, "speedup", "Low"), view.table_value(g.key, "speedup", "High"))
+        assert shown == ((speedup.low, speedup.high) if speedup.has_interval else speedup.range or (None, None))
         assert view.table_value(g.key, "scaling_efficiency") == expected.scaling[g.key].value
         assert view.table_value(g.key, "memory_saving") == expected.memory_saving[g.key].value
     # two repeats give no interval (an interval needs 3): the bars carry each repeat as a dot instead

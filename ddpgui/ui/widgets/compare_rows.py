@@ -22,9 +22,12 @@ from PySide6.QtWidgets import (
 from ddpgui.core.analysis.comparison import Comparison, GroupStats
 from ddpgui.core.analysis.metric_names import WORDS, metric_words
 from ddpgui.core.analysis.run_stats import RUN_METRICS
-from ddpgui.core.analysis.stats import Estimate, Ratio
+from ddpgui.core.analysis.stats import INVERTED_T, LOG_T, PLAIN_T, RANGE, Estimate, Ratio
 
-COLUMNS = ("Setting", "Metric", "Value", "± 95% CI", "Low", "High", "n", "Note")
+COLUMNS = ("Setting", "Metric", "Value", "Low", "High", "Interval", "n", "Note")
+#: The Interval column: what Low and High are (docs/ANALYSIS.md, "Intervals"); below 3 repeats, their range.
+INTERVAL_WORDS = {LOG_T: "95% CI, log scale", PLAIN_T: "95% CI", INVERTED_T: "95% CI of time per unit",
+                  RANGE: "range (no CI below 3)"}
 #: Rows of the numbers table beyond the per-run metrics: the comparison's ratios.
 RATIOS = ("speedup", "memory_saving", "scaling_efficiency")
 KEY = Qt.ItemDataRole.UserRole
@@ -42,15 +45,25 @@ def _item(text: str, value: object = None) -> QStandardItem:
     return item
 
 
+def _bounds(spread: Estimate | Ratio) -> list[QStandardItem]:
+    """Low, High and what they are: the interval, else (fewer than 3 repeats) the range of the values."""
+    if spread.has_interval:
+        low, high, kind = spread.low, spread.high, INTERVAL_WORDS.get(spread.method, "")
+    elif spread.range is not None:
+        (low, high), kind = spread.range, INTERVAL_WORDS[RANGE]
+    else:
+        low = high = None
+        kind = ""
+    return [_item(_number(low), low), _item(_number(high), high), _item(kind, spread.method if kind else "")]
+
+
 def estimate_row(setting: str, key: str, metric: str, words: str, est: Estimate) -> list[QStandardItem]:
-    return [_item(setting, key), _item(words, metric), _item(_number(est.mean), est.mean),
-            _item(_number(est.ci95), est.ci95), _item(_number(est.low), est.low), _item(_number(est.high), est.high),
+    return [_item(setting, key), _item(words, metric), _item(_number(est.mean), est.mean), *_bounds(est),
             _item(f"{est.n} {est.over}".strip(), est.n), _item(est.reason)]
 
 
 def ratio_row(setting: str, key: str, metric: str, words: str, r: Ratio) -> list[QStandardItem]:
-    return [_item(setting, key), _item(words, metric), _item(_number(r.value), r.value), _item(""),
-            _item(_number(r.low), r.low), _item(_number(r.high), r.high),
+    return [_item(setting, key), _item(words, metric), _item(_number(r.value), r.value), *_bounds(r),
             _item(f"{r.n[0]}/{r.n[1]} {r.over}".strip(), r.n), _item(r.reason)]
 
 
