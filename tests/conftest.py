@@ -7,6 +7,7 @@ tests never touch the user's real files and the tests marked ``last`` (run after
 suite on two workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
 ``DDPGUI_TEST_ROOT`` for both (and removes it), so every worker writes there and the scan reads it all.
 """
+import gc
 import json
 import os
 import shutil
@@ -57,6 +58,21 @@ class MemoryKeyring(KeyringBackend):
 def app_dirs() -> dict[str, Path]:
     """The session's config, data and cache dirs."""
     return {name: _APP_ROOT / name for name in ("config", "data", "cache")}
+
+
+@pytest.fixture(autouse=True)
+def gui_thread_garbage(request: pytest.FixtureRequest):
+    """A test with Qt collects cycles only on the GUI thread, as the app does (ddpgui.ui.app.
+    collect_garbage_on_the_gui_thread): collection off during the test, a full one at its end."""
+    if not {"qapp", "qtbot"} & set(request.fixturenames):
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        gc.enable()
 
 
 @pytest.fixture(autouse=True)

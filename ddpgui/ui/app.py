@@ -52,8 +52,22 @@ def apply_theme(app: QApplication) -> None:
         app.setWindowIcon(QIcon(str(icon)))
 
 
+def collect_garbage_on_the_gui_thread(app: QApplication) -> None:
+    """Python's cycle collector runs only on the GUI thread, on a timer (pyqtgraph's ``GarbageCollector``).
+
+    Left automatic, it runs on whichever thread allocates: a worker (an export, a follower) can then free the
+    wrapper of a dead widget; PySide 6.11 defers that widget's deletion to the GUI thread, and a GUI thread
+    deleting it while the worker frees the next one deadlocked both (seen once in 11 loops of the Compare
+    export test: ~QMenu in ``runDeletionInMainThread`` against a worker in an import)."""
+    from pyqtgraph.util.garbage_collector import GarbageCollector
+
+    if getattr(app, "_ddpgui_gc", None) is None:
+        app._ddpgui_gc = GarbageCollector(interval=1.0)
+
+
 def create_app(argv: list[str] | None = None) -> QApplication:
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+    collect_garbage_on_the_gui_thread(app)
     app.setApplicationName("ddpgui")
     app.setOrganizationName("ddpgui")
     app.setDesktopFileName("ddpgui")
