@@ -3,7 +3,7 @@ import pytest
 from helpers.stored_runs import put_spool
 from helpers.window_launch import launch_from_panel
 
-from ddpgui.core.runs.loglines import MARK
+from ddpgui.core.runs.loglines import MARK, stored_lines
 from ddpgui.core.runs.manager import RunUpdate
 from ddpgui.core.store import RunStore
 from ddpgui.ui.widgets.dashboard import Dashboard
@@ -158,3 +158,24 @@ def test_a_real_run_stopped_from_the_window_ends_its_log_without_a_traceback(win
     viewer.search.setText("SIGTERM")
     assert viewer.find_next() and "Traceback" not in viewer.text.toPlainText()
     viewer.close()
+
+
+def test_a_started_line_that_arrives_before_the_stored_read_names_the_host_and_settings(qtbot, store):
+    """On a loaded machine the live "started" event can reach the tail before its read of the stored lines
+    (which brings the run's record) returns: the line still names the host and the settings."""
+    store.create_run("r", name="mlp 2x", hosts=["local"], config=CONFIG, state="running", run_dirs={0: "/r"})
+    held = []  # the read of the stored lines, held back; the other reads return at once
+
+    def loader(func, *args, on_return=None, on_error=None):
+        if func is stored_lines:
+            held.append(func)
+        else:
+            on_return(func(*args))
+
+    board = _board(qtbot, store, loader=loader)
+    board.set_run("r")
+    assert held and board.log_tail.run is None
+    started = {"seq": 0, "t": T0, "event": "started", "world_size": 2, "nnodes": 1}
+    put_spool(store, "r", "events.jsonl", [started])
+    board.on_update(RunUpdate("r", records={"events.jsonl": [started]}))
+    assert _own(board) == ["run started on This computer · 2 processes · mlp ×2 fp32 compile=default batch=32"]

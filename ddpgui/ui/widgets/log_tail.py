@@ -195,6 +195,9 @@ class LogTail(QWidget):
                 if event.get("seq", -1) in self.shown_events:
                     continue
                 self.shown_events.add(event.get("seq", -1))
+                if event.get("event") == "started" and (self.run is None or self.run.id != trace.run_id):
+                    # the stored lines' read (which brings the record) has not returned yet: one row, now
+                    self.run = self.store.get_run(trace.run_id)
                 for line in event_lines(event, self.run if self.run is not None and
                                         self.run.id == trace.run_id else None):
                     self.log.appendPlainText(line)
