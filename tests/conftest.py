@@ -4,7 +4,7 @@ One session-wide tmp directory holds the app's config, data and cache dirs
 (``DDPGUI_CONFIG_DIR`` / ``DDPGUI_DATA_DIR`` / ``DDPGUI_CACHE_DIR``), so the
 tests never touch the user's real files and the tests marked ``last`` (run after all others, see
 :func:`pytest_collection_modifyitems`) can inspect everything the suite wrote.  ``make test`` runs the
-suite on two workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
+suite on three workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
 ``DDPGUI_TEST_ROOT`` for both (and removes it), so every worker writes there and the scan reads it all.
 """
 import gc
@@ -101,7 +101,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Tests marked ``last`` run after every other test (the leak scan reads what the whole suite wrote); before
     them, whole files from the longest to the shortest, as measured (``FILE_COSTS``).
 
-    ``make test`` hands whole files to two workers in collection order (``--dist loadfile
+    ``make test`` hands whole files to its workers in collection order (``--dist loadfile
     --no-loadscope-reorder``): longest first keeps both busy to the end instead of leaving one worker alone with
     a long file in the last minutes. Tests keep their order within a file."""
     costs = _file_costs()
