@@ -43,12 +43,12 @@ system-deps:
 	@bash .ci/system-deps
 
 # The suite on TEST_WORKERS processes (pytest-xdist, whole test files to each: a module's fixtures are made once;
-# most tests wait on torchrun, sshd or Slurm: the whole suite's processes used ~1,500 CPU-seconds of a 2,100-second
-# run, so three workers on CI's two cores), then the tests
+# most tests wait on torchrun, sshd or Slurm; a third worker on CI's two cores was measured no faster: the runs' own
+# detached processes fill the cores), then the tests
 # marked `last` (the scan for leaked secrets) in a session of their own that sees every file the first one wrote.
 # Files go to the workers longest first, as tests/conftest.py orders them (--no-loadscope-reorder keeps that order).
 # The system packages (apt) and the venv (pip) install side by side: neither waits on the other.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test-deps:
 	@bash .ci/system-deps & sysdeps=$$!; \
 	$(MAKE) --no-print-directory $(VENV)/.stamp-test; venv=$$?; \

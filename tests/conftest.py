@@ -4,7 +4,7 @@ One session-wide tmp directory holds the app's config, data and cache dirs
 (``DDPGUI_CONFIG_DIR`` / ``DDPGUI_DATA_DIR`` / ``DDPGUI_CACHE_DIR``), so the
 tests never touch the user's real files and the tests marked ``last`` (run after all others, see
 :func:`pytest_collection_modifyitems`) can inspect everything the suite wrote.  ``make test`` runs the
-suite on three workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
+suite on two workers (pytest-xdist), then the ``last`` tests in a second session: it names the directory in
 ``DDPGUI_TEST_ROOT`` for both (and removes it), so every worker writes there and the scan reads it all.
 """
 import gc
