@@ -271,7 +271,7 @@ def test_this_computer_is_probed_at_start_on_a_worker(window, qtbot):
     from ddpgui.core.hosts import LOCAL
 
     panel = window.launch_panel
-    assert LOCAL not in window.hosts_panel.probes and "Test connection to know" in panel.nproc_label.text()
+    assert LOCAL not in window.hosts_panel.probes and "(a guess: not probed)" in panel.nproc_label.text()
     window.probe_at_start()  # what the app does once its window is shown
     assert window.hosts_panel.status[LOCAL] == "checking"  # the probe runs on a worker: the window goes on
     qtbot.waitUntil(lambda: window.hosts_panel.status.get(LOCAL) == "reachable", timeout=120_000)

@@ -65,8 +65,7 @@ def _note(value: float | None, reason: str) -> str:
     return reason if value is None or "not settled" in reason else ""
 
 
-#: Pixel columns each run's faint curve is reduced to on the worker (``style.envelope``: exact at this width or
-#: any narrower one — a 4K screen — so the GUI thread never walks a run's 100k points).
+#: Pixel columns a run's faint curve is reduced to on the worker (``style.envelope``: exact at this width or less)
 RUN_COLUMNS = 4096
 
 
@@ -76,9 +75,8 @@ def compare_on_worker(*args, **kwargs) -> tuple[CompareResult, dict[str, list]]:
     GUI thread 70 ms and 90 ms: they are done here, on the worker)."""
     result = compute_comparison(*args, **kwargs)
     means = {x: group_curves(result.comparison, result.curves, x) for x in ALIGN}
-    for curves in means.values():
-        for c in curves:
-            c.runs = [envelope(rx, ry, RUN_COLUMNS) for rx, ry in c.runs]
+    for c in (c for curves in means.values() for c in curves):
+        c.runs = [envelope(rx, ry, RUN_COLUMNS) for rx, ry in c.runs]
     return result, means
 
 
