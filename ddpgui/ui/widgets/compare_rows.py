@@ -22,12 +22,9 @@ from PySide6.QtWidgets import (
 from ddpgui.core.analysis.comparison import Comparison, GroupStats
 from ddpgui.core.analysis.metric_names import WORDS, metric_words
 from ddpgui.core.analysis.run_stats import RUN_METRICS
-from ddpgui.core.analysis.stats import INVERTED_T, LOG_T, PLAIN_T, RANGE, Estimate, Ratio
+from ddpgui.core.analysis.stats import METHODS, RANGE, Estimate, Ratio
 
 COLUMNS = ("Setting", "Metric", "Value", "Low", "High", "Interval", "n", "Note")
-#: The Interval column: what Low and High are (docs/ANALYSIS.md, "Intervals"); below 3 repeats, their range.
-INTERVAL_WORDS = {LOG_T: "95% CI, log scale", PLAIN_T: "95% CI", INVERTED_T: "95% CI of time per unit",
-                  RANGE: "range (no CI below 3)"}
 #: Rows of the numbers table beyond the per-run metrics: the comparison's ratios.
 RATIOS = ("speedup", "memory_saving", "scaling_efficiency")
 KEY = Qt.ItemDataRole.UserRole
@@ -46,15 +43,12 @@ def _item(text: str, value: object = None) -> QStandardItem:
 
 
 def _bounds(spread: Estimate | Ratio) -> list[QStandardItem]:
-    """Low, High and what they are: the interval, else (fewer than 3 repeats) the range of the values."""
+    """Low, High and what they are, in stats.METHODS' words: the interval, else (below 3 repeats) the range."""
     if spread.has_interval:
-        low, high, kind = spread.low, spread.high, INTERVAL_WORDS.get(spread.method, "")
-    elif spread.range is not None:
-        (low, high), kind = spread.range, INTERVAL_WORDS[RANGE]
+        (low, high), kind = (spread.low, spread.high), spread.method
     else:
-        low = high = None
-        kind = ""
-    return [_item(_number(low), low), _item(_number(high), high), _item(kind, spread.method if kind else "")]
+        (low, high), kind = spread.range or (None, None), RANGE if spread.range else ""
+    return [_item(_number(low), low), _item(_number(high), high), _item(METHODS[kind] if kind else "", kind)]
 
 
 def estimate_row(setting: str, key: str, metric: str, words: str, est: Estimate) -> list[QStandardItem]:
