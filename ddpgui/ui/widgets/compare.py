@@ -130,7 +130,7 @@ class CompareView(ExportMixin, QWidget):
         self.baseline_combo = QComboBox(objectName="compare_baseline", minimumWidth=160,
                                         toolTip="Speedup and memory saving are relative to this setting")
         self.group_combo = QComboBox(objectName="compare_group", toolTip="Colour (and order) by this setting",
-                                     sizeAdjustPolicy=QComboBox.SizeAdjustPolicy.AdjustToContents)  # never cut
+                                     sizeAdjustPolicy=QComboBox.SizeAdjustPolicy.AdjustToContents, minimumWidth=130)
         self.align_combo = QComboBox(objectName="compare_align", toolTip="x axis of the loss curves")
         self.align_combo.addItems(ALIGN)
         self.align_combo.setCurrentText(str(settings.value("compare/align", "step")))
