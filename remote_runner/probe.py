@@ -147,7 +147,7 @@ def _torch_cache_key(driver: dict) -> Optional[str]:
         return None
     folder = os.path.dirname(spec.origin)
     stamps = []
-    for path in [spec.origin, os.path.join(folder, "version.py"), __file__] + sorted(
+    for path in [spec.origin, os.path.join(folder, "version.py")] + sorted(
             os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("_C")):
         try:
             st = os.stat(path)
@@ -160,10 +160,23 @@ def _torch_cache_key(driver: dict) -> Optional[str]:
     except OSError:
         boot = None
     gpus = [(g.get("index"), g.get("name"), g.get("memory_total_gib")) for g in driver.get("gpus") or []]
-    material = repr((SCHEMA, os.path.realpath(sys.executable), sys.version, stamps, boot,
+    material = repr((SCHEMA, _own_code(), os.path.realpath(sys.executable), sys.version, stamps, boot,
                      [(name, os.environ.get(name)) for name in _TORCH_ENV],
                      driver.get("driver_version"), driver.get("cuda_version"), gpus))
     return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def _own_code() -> str:
+    """This module's code, hashed: the cache key's part for the probe itself.  Its content, not its path: the
+    runner is a zipapp named per run root, so a path (or a stat of it, which fails inside a zip) would give
+    every run root its own cache entry and make each one's first launch import torch again."""
+    import hashlib
+
+    try:
+        code = __loader__.get_data(__file__)  # type: ignore[name-defined]  # a plain file or a zipapp member
+    except (AttributeError, OSError):
+        return __file__
+    return hashlib.sha256(code).hexdigest()
 
 
 def _torch_facts_cached(parts: _Parts, driver: dict, cache_dir: Optional[str]) -> tuple:

@@ -358,3 +358,30 @@ def test_one_rule_says_which_torch_is_too_old(version, said):
     from remote_runner.capabilities import torch_too_old
 
     assert torch_too_old(version) == said
+
+
+def test_the_same_runner_at_two_paths_shares_one_cache_entry(tmp_path):
+    """The runner is a zipapp copied into each run root under its own path: the cache is keyed on the probe's
+    code, not on where it lies, so the second copy reads the first one's entry (a path in the key gave every
+    run root its own entry, and each its own 3 s import of torch)."""
+    from ddpgui.core.targets.zipapp import build_bytes
+
+    runner = build_bytes()
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "runner.pyz").write_bytes(runner)
+    environ = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+
+    def probe_with(copy: str) -> dict:
+        proc = subprocess.run([sys.executable, str(tmp_path / copy / "runner.pyz"), "probe"], capture_output=True,
+                              text=True, env=environ, timeout=120, check=True)
+        return json.loads(proc.stdout)
+
+    first = probe_with("one")
+    (entry,) = (tmp_path / "cache" / "ddpgui-runner").iterdir()
+    kept = json.loads(entry.read_text())
+    kept["facts"]["version"] = "9.9.0"  # what the second copy reports shows it read the entry
+    entry.write_text(json.dumps(kept))
+    assert first["torch"]["version"] == torch.__version__
+    assert probe_with("two")["torch"]["version"] == "9.9.0"
+    assert len(list((tmp_path / "cache" / "ddpgui-runner").iterdir())) == 1
