@@ -297,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots (default 2)")
     p.add_argument("--source", choices=("auto", "nvml", "nvidia-smi", "none"), default="auto")
     p.set_defaults(func=cmd_monitor)
+    from .queue import register as register_queue
+
+    register_queue(sub, _print, _refuse)  # queue-add, queue-status, queue-stop: the host-side queue
     for name, func in (("_supervise", cmd_supervise), ("_train", cmd_train)):
         p = sub.add_parser(name)
         p.add_argument("run_dir")
