@@ -271,6 +271,8 @@ def show_fields(p: HostProfile) -> list[tuple[str, str]]:
     if p.rdzv_address:
         rows.append(("rdzv address", p.rdzv_address))
     rows += [("node env", f"{k}={v}") for k, v in p.nccl_env.items()]
+    if p.provider == "skypilot":
+        rows.append(("SkyPilot cluster", p.cluster))
     if p.notes:
         rows.append(("notes", p.notes))
     if p.slurm is not None:
@@ -326,12 +328,18 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """Import ~/.ssh/config aliases, saying what was skipped and why."""
-    report = HostStore().import_ssh_config(args.path)
+    """Import ~/.ssh/config aliases (its Includes followed), saying which files were read, what was skipped and why."""
+    store = HostStore()
+    report = store.import_ssh_config(args.path)
+    for path in report.files:
+        print(terminal_text(f"read {path}"))
+    for note in report.notes:
+        print(terminal_text(f"note: {note}"))
     for name in report.added:
-        print(f"added {name}")
+        cluster = store.get(name).cluster
+        print(f"added {name}" + (f" (SkyPilot cluster {terminal_text(cluster)})" if cluster else ""))
     for name, why in report.skipped:
-        print(f"skipped {name}: {why}")
+        print(terminal_text(f"skipped {name}: {why}"))
     if not report.added:
         print("no profile added")
     return 0

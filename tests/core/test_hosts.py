@@ -235,8 +235,8 @@ Host *
     report = store.import_ssh_config(config)
     assert report.added == ["bastion", "gpu-a", "gpu-b"]
     skipped = dict(report.skipped)
-    assert skipped["*"].startswith("a wildcard pattern") and skipped["*.internal"].startswith("a wildcard pattern")
-    assert skipped["!never"].startswith("a wildcard pattern")
+    assert skipped["*"].startswith("Host * is the default block") and skipped["*.internal"].startswith("a wildcard")
+    assert skipped["!never"].startswith("a negated pattern")
     assert "ProxyCommand" in skipped["legacy"] and "exists already" in skipped["existing"]
     assert skipped["has_bad$name"].startswith("name:")
     bastion, gpu_a = store.get("bastion"), store.get("gpu-a")

@@ -118,7 +118,7 @@ def test_import_ssh_config_command(home, capsys):
     config.write_text(f"Host {alias}\n  HostName 10.1.2.3\n  User me\n  Port 2200\nHost *\n  User nobody\n")
     assert cli("hosts", "import-ssh-config", str(config)) == 0
     out = capsys.readouterr().out
-    assert f"added {alias}" in out and "skipped *: a wildcard pattern" in out
+    assert f"added {alias}" in out and "skipped *: Host * is the default block" in out
     profile = HostStore().get(alias)
     assert (profile.hostname, profile.user, profile.port, profile.auth) == ("10.1.2.3", "me", 2200, "agent")
     cli("hosts", "remove", alias)

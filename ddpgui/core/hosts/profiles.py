@@ -33,6 +33,9 @@ def host_display_name(name: str) -> str:
 #: What a profile is: one SSH host, or a Slurm cluster reached over SSH through its login node.
 KINDS = ("ssh", "slurm")
 AUTH_METHODS = ("agent", "key", "key_passphrase", "password")
+#: Who made the machine a profile reaches, when a tool we know did ("" for any other): ``skypilot`` for a cluster
+#: whose entry SkyPilot generated (the profile's ``cluster`` names it, as ``sky down CLUSTER`` does).
+PROVIDERS = ("", "skypilot")
 #: The keyring secret each authentication method needs, if any.
 SECRET_KIND = {"key_passphrase": secrets.PASSPHRASE, "password": secrets.PASSWORD}
 
@@ -68,6 +71,8 @@ class HostProfile:
     rdzv_address: str | None = None
     kind: str = "ssh"
     slurm: SlurmOptions | None = None
+    provider: str = ""
+    cluster: str = ""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -105,6 +110,9 @@ class HostProfile:
         _check(isinstance(self.python, str) and "\n" not in self.python, "python", "must be one line")
         _check(isinstance(self.run_root, str) and "\n" not in self.run_root, "run_root", "must be one line")
         _check(self.kind in KINDS, "kind", f"must be one of {', '.join(KINDS)}, got {shown(self.kind)}")
+        _check(self.provider in PROVIDERS, "provider", f"must be empty or skypilot, got {shown(self.provider)}")
+        _check(bool(self.cluster) == bool(self.provider) and "\n" not in self.cluster, "cluster",
+               "names the provider's cluster (one line), and only when the profile has a provider")
         if self.is_local:
             _check(self.kind == "ssh" and self.slurm is None, "kind",
                    f"{LOCAL_DISPLAY_NAME} runs here, it cannot be a Slurm cluster")
@@ -148,7 +156,10 @@ class HostProfile:
                          _HOP.match(self.rdzv_address)["host"].strip("[]"), HOSTNAME_REFUSED, empty_ok=False)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.provider:  # written only when set: such a file stays as it was, readable by older versions
+            del data["provider"], data["cluster"]
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> HostProfile:
@@ -192,6 +203,7 @@ _FIELD_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "rdzv_address": ("a string or null", lambda v: v is None or _is_str(v)),
     "kind": ("a string", _is_str),
     "slurm": ("an object of Slurm options or null", lambda v: v is None or isinstance(v, dict)),
+    "provider": ("a string", _is_str), "cluster": ("a string", _is_str),
 }
 
 
