@@ -1,11 +1,20 @@
-"""Import from ~/.ssh/config, the aliases chosen: a list to tick (every importable one ticked), and what cannot be
-imported with the reason.  paramiko reports a ``*`` pattern for every config (its defaults): that one is not shown."""
+"""Import from ~/.ssh/config, the aliases chosen: a list to tick (every importable one ticked, a SkyPilot cluster said
+so), the files read (the config and those its Includes name), and what was not imported with the reason."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QListWidget, QListWidgetItem, QVBoxLayout
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QVBoxLayout,
+)
 
 from ddpgui.core.hosts import HostError, HostProfile, HostStore
 from ddpgui.core.hosts.ssh_config import profiles_from_ssh_config, read_ssh_config
@@ -15,7 +24,15 @@ def _where(profile: HostProfile) -> str:
     user = f"{profile.user}@" if profile.user else ""
     port = f":{profile.port}" if profile.port != 22 else ""
     jump = f" via {', '.join(profile.proxy_jump)}" if profile.proxy_jump else ""
-    return f"{profile.name}   ({user}{profile.hostname}{port}{jump})"
+    cluster = f"  — SkyPilot cluster {profile.cluster}" if profile.provider == "skypilot" else ""
+    return f"{profile.name}   ({user}{profile.hostname}{port}{jump}){cluster}"
+
+
+def _summary(files: list[str], found: int) -> str:
+    included = len(files) - 1
+    read = f"Read {files[0]}" + (f" and {included} file{'s' if included != 1 else ''} it includes" if included else "")
+    return f"{read}: {found} host{'s' if found != 1 else ''} to add." if found else \
+        f"{read}: no host of it can be added."
 
 
 class SshImportDialog(QDialog):
@@ -25,30 +42,44 @@ class SshImportDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Import hosts from ~/.ssh/config")
         self.setObjectName("ssh_import_dialog")
-        self.setMinimumWidth(520)
+        self.setMinimumWidth(560)
         self.hosts = hosts
         self.profiles, report = profiles_from_ssh_config(read_ssh_config(path), hosts.names())
-        self.skipped = [(alias, why) for alias, why in report.skipped if alias != "*"]
+        self.files, self.notes, self.skipped = report.files, report.notes, report.skipped
         self.list = QListWidget(objectName="ssh_import_list")
         for profile in self.profiles:
             item = QListWidgetItem(_where(profile))
             item.setData(Qt.ItemDataRole.UserRole, profile.name)
+            item.setToolTip(profile.notes)
             item.setCheckState(Qt.CheckState.Checked)
             self.list.addItem(item)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Tick the hosts to add:" if self.profiles else "No host of the config can be added."))
-        layout.addWidget(self.list)
+        self.summary = QLabel(_summary(self.files, len(self.profiles)), objectName="ssh_import_summary",
+                              wordWrap=True)
+        layout.addWidget(self.summary)
+        if self.profiles:
+            layout.addWidget(QLabel("Tick the hosts to add:"))
+        layout.addWidget(self.list, 2)
         self.list.setVisible(bool(self.profiles))
-        if self.skipped:
-            skipped = QLabel("Not imported:\n" + "\n".join(f"  {alias}: {why}" for alias, why in self.skipped),
-                             objectName="ssh_import_skipped", wordWrap=True)
-            layout.addWidget(skipped)
+        self.details = QPlainTextEdit(self._details_text(), objectName="ssh_import_details", readOnly=True)
+        self.details.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        layout.addWidget(QLabel("What was not imported and why, and the files read:"))
+        layout.addWidget(self.details, 3)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.import_button = buttons.addButton("Import", QDialogButtonBox.ButtonRole.AcceptRole)
         self.import_button.setEnabled(bool(self.profiles))
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+        screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry()
+        self.resize(min(820, room.width() - 40), min(620, room.height() - 60))
+
+    def _details_text(self) -> str:
+        lines = ["Not imported:"] + [f"  {what}: {why}" for what, why in self.skipped] + [""] if self.skipped else []
+        if self.notes:
+            lines += ["Notes:"] + [f"  {note}" for note in self.notes] + [""]
+        return "\n".join(lines + ["Files read, in the order ssh reads them:"] + [f"  {path}" for path in self.files])
 
     def chosen(self) -> list[str]:
         return [self.list.item(row).data(Qt.ItemDataRole.UserRole) for row in range(self.list.count())
