@@ -17,7 +17,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 
 from ddpgui.core.outputs.figures import bars_bottom, group_key
 
-from .plot_text import QUIET, FittedTitle, PlotMessage, break_lines
+from .plot_text import QUIET, FittedTitle, PlotMessage, break_lines, set_axis_label
 
 
 def _fit(text: str, width: float, metrics: QFontMetrics) -> list[str] | None:
@@ -50,7 +50,25 @@ class BarPlot(pg.PlotWidget):
         self.marks: list[pg.TextItem] = []
         self.dots: list[list[float]] = []
         self.keyed = False
+        # made once and given new data at each redraw (creating and removing pyqtgraph items cost more than the
+        # rest of a redraw), in the order they stack: bars, intervals, the reference line, ranges, dots, marks
+        self._bars = pg.BarGraphItem(x=[0.0], height=[0.0], width=0.6)
+        self._intervals = pg.ErrorBarItem(beam=0.2)
+        self._reference = pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DotLine))
+        self._ranges = pg.PlotDataItem([], [], connect="pairs")
+        self._dots = pg.ScatterPlotItem(size=5, symbol="o")
+        for part in self._parts():
+            part.setVisible(False)
+            item.addItem(part)
+        self._spare_marks: list[pg.TextItem] = []  # made for earlier redraws, hidden
         self.fitted.fit()
+
+    def _parts(self) -> tuple:
+        return self._bars, self._intervals, self._reference, self._ranges, self._dots
+
+    def set_y_label(self, text: str) -> None:
+        """The y axis's label (the unit of the bars)."""
+        set_axis_label(self.getPlotItem(), "left", text)
 
     def show_bars(self, labels: list[str], values: list[float | None], errors: list[tuple[float, float] | None],
                   colors: list[str], reason: str = "", reference: float | None = None,
@@ -64,7 +82,9 @@ class BarPlot(pg.PlotWidget):
         bar i's repeats (each a dot; where bar i has no interval, a line over their range too).
         """
         item = self.getPlotItem()
-        item.clear()
+        for part in (*self._parts(), *self.marks):
+            part.setVisible(False)
+        self._spare_marks = self.marks + self._spare_marks
         self.values, self.errors, self.labels = values, errors, labels
         self.notes = list(notes) if notes is not None else [""] * len(labels)
         self.marks, self.dots = [], []
@@ -80,16 +100,19 @@ class BarPlot(pg.PlotWidget):
         self.message.hide()
         x = np.array(drawn, float)
         heights = np.array([values[i] for i in drawn], float)
-        item.addItem(pg.BarGraphItem(x=x, height=heights, width=0.6, brushes=[pg.mkBrush(colors[i]) for i in drawn],
-                                     pens=[pg.mkPen(pg.getConfigOption("background"), width=0.5)] * len(drawn)))
+        self._bars.setOpts(x=x, height=heights, width=0.6, brushes=[pg.mkBrush(colors[i]) for i in drawn],
+                           pens=[pg.mkPen(pg.getConfigOption("background"), width=0.5)] * len(drawn))
+        self._bars.setVisible(True)
         with_ci = [i for i in drawn if errors[i] is not None]
         if with_ci:
-            item.addItem(pg.ErrorBarItem(x=np.array(with_ci, float), y=np.array([values[i] for i in with_ci], float),
-                                         bottom=np.array([errors[i][0] for i in with_ci], float),
-                                         top=np.array([errors[i][1] for i in with_ci], float), beam=0.2,
-                                         pen=pg.mkPen(pg.getConfigOption("foreground"), width=1.5)))
+            self._intervals.setData(x=np.array(with_ci, float), y=np.array([values[i] for i in with_ci], float),
+                                    bottom=np.array([errors[i][0] for i in with_ci], float),
+                                    top=np.array([errors[i][1] for i in with_ci], float),
+                                    pen=pg.mkPen(pg.getConfigOption("foreground"), width=1.5))
+            self._intervals.setVisible(True)
         if reference is not None:
-            item.addItem(pg.InfiniteLine(reference, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DotLine)))
+            self._reference.setValue(reference)
+            self._reference.setVisible(True)
         self.dots = [list(d) if i in drawn and len(d) >= 2 else [] for i, d in enumerate(dots or [])]
         self._draw_dots(errors)
         tops = [max([v + (e[1] if e is not None else 0.0)] + (self.dots[i] if i < len(self.dots) else []))
@@ -109,7 +132,6 @@ class BarPlot(pg.PlotWidget):
 
     def _draw_dots(self, errors: list) -> None:
         """Each repeat a small open dot spread across its bar; a bar without an interval: a line over the range."""
-        item = self.getPlotItem()
         xs, ys, ranges = [], [], []
         for i, points in enumerate(self.dots):
             if not points:
@@ -121,15 +143,24 @@ class BarPlot(pg.PlotWidget):
         foreground = pg.getConfigOption("foreground")
         if ranges:
             x, y = np.array(ranges, float).T
-            item.addItem(pg.PlotDataItem(x, y, connect="pairs", pen=pg.mkPen(foreground, width=1)))
+            self._ranges.setData(x, y, pen=pg.mkPen(foreground, width=1))
+            self._ranges.setVisible(True)
         if xs:
-            item.addItem(pg.ScatterPlotItem(np.array(xs, float), np.array(ys, float), size=5, symbol="o",
-                                            pen=pg.mkPen(foreground, width=1), brush=pg.mkBrush("w")))
+            self._dots.setData(np.array(xs, float), np.array(ys, float), pen=pg.mkPen(foreground, width=1),
+                               brush=pg.mkBrush("w"))
+            self._dots.setVisible(True)
 
     def _mark(self, i: int, text: str, y: float, anchor: tuple[float, float]) -> None:
-        mark = pg.TextItem(text, anchor=anchor, color=QUIET)
+        if self._spare_marks:
+            mark = self._spare_marks.pop(0)
+            if mark.toPlainText() != text:
+                mark.setText(text)
+            mark.setAnchor(anchor)
+            mark.setVisible(True)
+        else:
+            mark = pg.TextItem(text, anchor=anchor, color=QUIET)
+            self.getPlotItem().addItem(mark, ignoreBounds=True)
         mark.setPos(i, y)
-        self.getPlotItem().addItem(mark, ignoreBounds=True)
         self.marks.append(mark)
 
     def _ticks(self) -> None:

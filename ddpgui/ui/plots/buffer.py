@@ -120,6 +120,10 @@ class SeriesBuffer:
         return self._y[:self.size]
 
     # ---- the min/max pyramid ---------------------------------------------------------------
+    def build_pyramid(self) -> None:
+        """Fold every point into the pyramid now (off the GUI thread), not at the first :meth:`envelope`."""
+        self._catch_up()
+
     def _catch_up(self) -> None:
         """Fold the points appended since the last call into the pyramid (vectorised, amortized O(1))."""
         below_x, below_lo, below_hi, below_n = self._x, self._y, self._y, self.size

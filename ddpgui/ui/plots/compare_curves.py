@@ -27,7 +27,7 @@ from ddpgui.core.outputs.style import X_LABELS
 
 from .buffer import SeriesBuffer
 from .live_plot import LivePlot
-from .plot_text import FittedTitle, PlotMessage
+from .plot_text import FittedTitle, PlotMessage, set_axis_label
 
 #: Pen styles that go with figures.LINESTYLES (a repeat gets the next one).
 PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)
@@ -67,6 +67,42 @@ def band_path(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> QPainterPath:
     return path
 
 
+def series(x: np.ndarray, y: np.ndarray) -> SeriesBuffer:
+    """A buffer holding these points, its min/max pyramid built (so that a worker can do it)."""
+    buffer = SeriesBuffer(max(16, len(x)))
+    buffer.extend(x, y)
+    buffer.build_pyramid()
+    return buffer
+
+
+@dataclass
+class ReadyCurves:
+    """One group's loss curves as :class:`MeanCurvesPlot` draws them: its centre's and each run's buffer and its
+    band (reduced edges and outline; None where it has no interval). :func:`ready_curves` makes them on the
+    Compare tab's worker: filling the buffers and reducing the bands took the GUI thread 20 ms of each redraw."""
+
+    curve: MeanCurve
+    centre: SeriesBuffer
+    runs: list[SeriesBuffer]
+    band: tuple[np.ndarray, np.ndarray, np.ndarray, QPainterPath] | None
+
+    @classmethod
+    def of(cls, c: MeanCurve) -> ReadyCurves:
+        ok = np.isfinite(c.x) & np.isfinite(c.mean)
+        valid = np.isfinite(c.x) & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
+        band = None
+        if valid.any():
+            x, low, high = band_envelope(c.x, c.ci_lo, c.ci_hi, valid, BAND_COLUMNS, float(np.nanmin(c.x)),
+                                         float(np.nanmax(c.x)))
+            band = (x, low, high, band_path(x, low, high))
+        return cls(c, series(c.x[ok], c.mean[ok]), [series(rx, ry) for rx, ry in c.runs], band)
+
+
+def ready_curves(means: Sequence[MeanCurve]) -> list[ReadyCurves]:
+    """The groups' curves ready to be drawn (QPainterPath and numpy only: a worker thread may make them)."""
+    return [ReadyCurves.of(c) for c in means]
+
+
 class MeanCurvesPlot(LivePlot):
     """Loss per group: the mean (and its band where n ≥ 2) in the group's colour; each run faint (``individual``)."""
 
@@ -76,6 +112,7 @@ class MeanCurvesPlot(LivePlot):
         self.fitted = FittedTitle(self, "loss")
         self.message = PlotMessage(self.getPlotItem())
         self.bands: dict[str, Band] = {}
+        self._fills: list[QGraphicsPathItem] = []  # every band's fill made; those past len(bands) hidden, spare
         self.means: list[MeanCurve] = []
         # nothing else redraws this plot (the dashboard has a timer): a resize of the auto-ranged view, as when
         # the tab is first laid out, redraws the curves for the new width at once
@@ -85,36 +122,36 @@ class MeanCurvesPlot(LivePlot):
 
     def show_groups(self, comparison: Comparison, curves: Mapping[str, Curve], x_axis: str,
                     colours: Mapping[str, str], order: Sequence[str], labels: Mapping[str, str],
-                    individual: bool = True, means: Sequence[MeanCurve] | None = None) -> None:
+                    individual: bool = True, means: Sequence[MeanCurve | ReadyCurves] | None = None) -> None:
         """Draw the groups in ``order`` (group keys) in ``colours``; ``labels``: run id → its name; ``means``: the
-        groups' mean curves along ``x_axis`` computed already (on a worker), else they are computed here."""
-        self.remove_curves()
+        groups' mean curves along ``x_axis`` computed already (on a worker, best made ready there:
+        :func:`ready_curves`), else they are computed here."""
+        self.remove_curves(keep_legend=True)  # the same groups again: the legend's entries stay as they are
         item = self.getPlotItem()
-        item.setLabel("bottom", X_LABELS[x_axis])
+        set_axis_label(item, "bottom", X_LABELS[x_axis])
         means = group_curves(comparison, curves, x_axis) if means is None else means
-        self.means = [c for c in means if len(c.x)]
-        by_key = {c.key: c for c in self.means}
+        ready = [c if isinstance(c, ReadyCurves) else ReadyCurves.of(c) for c in means]
+        ready = [c for c in ready if len(c.curve.x)]
+        self.means = [c.curve for c in ready]
+        by_key = {c.curve.key: c for c in ready}
         banded = small = False
         for i, key in enumerate(order):
-            group, mean = comparison.group(key), by_key.get(key)
-            if mean is None:
+            group, ready_group = comparison.group(key), by_key.get(key)
+            if ready_group is None:
                 continue
+            mean = ready_group.curve
             colour = colours[key]
             drawn = [r for r in group.run_ids if r in curves and len(curves[r].step)]  # mean.runs' order
             if group.n > 1:
                 small |= group.n < MIN_N
                 if individual or group.n < MIN_N:  # fewer than 3: no band, the repeats themselves instead
-                    for run_id, (rx, ry) in zip(drawn, mean.runs):
-                        self._run(run_id, rx, ry, labels[run_id], colour, legend=False)
-                banded |= self._band(key, mean, colour)
-                buffer = SeriesBuffer(max(16, len(mean.x)))
-                ok = np.isfinite(mean.x) & np.isfinite(mean.mean)
-                buffer.extend(mean.x[ok], mean.mean[ok])
-                self.add_curve(mean_key(key), buffer, f"{group.label} ({mean.centre} of n={group.n})", colour,
-                               width=2.0, style=PEN_STYLES[i % len(PEN_STYLES)])
+                    for run_id, buffer in zip(drawn, ready_group.runs):
+                        self._run(run_id, buffer, labels[run_id], colour, legend=False)
+                banded |= self._band(key, ready_group.band, colour)
+                self.add_curve(mean_key(key), ready_group.centre, f"{group.label} ({mean.centre} of n={group.n})",
+                               colour, width=2.0, style=PEN_STYLES[i % len(PEN_STYLES)])
             elif drawn:  # one run: its own (smoothed) curve, the group's centre
-                rx, ry = mean.runs[0]
-                self._run(drawn[0], rx, ry, group.label, colour, style=PEN_STYLES[i % len(PEN_STYLES)])
+                self._run(drawn[0], ready_group.runs[0], group.label, colour, style=PEN_STYLES[i % len(PEN_STYLES)])
         smoothing = f"EMA {self.means[0].smoothing:g}" if self.means and self.means[0].smoothing else "raw"
         self.fitted.set(f"loss ({smoothing}" + ("; shaded: 95% CI" if banded else "")
                         + ("; faint: repeats, n < 3 has no CI" if small else "") + ")")
@@ -126,36 +163,38 @@ class MeanCurvesPlot(LivePlot):
         self.mark_dirty()
         self.redraw()
 
-    def _run(self, run_id: str, x: np.ndarray, y: np.ndarray, name: str, colour: str, legend: bool = True,
+    def _run(self, run_id: str, buffer: SeriesBuffer, name: str, colour: str, legend: bool = True,
              style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> None:
-        if not len(x):
+        if not len(buffer):
             return
-        buffer = SeriesBuffer(max(16, len(x)))
-        buffer.extend(x, y)
         self.add_curve(run_id, buffer, name, colour, alpha=255 if legend else FAINT, style=style, legend=legend)
 
-    def _band(self, key: str, c: MeanCurve, colour: str) -> bool:
+    def _band(self, key: str, band: tuple | None, colour: str) -> bool:
         """The group's shaded interval where it has one (3 or more repeats at a step); whether it drew any."""
-        valid = np.isfinite(c.x) & np.isfinite(c.ci_lo) & np.isfinite(c.ci_hi)
-        if not valid.any():
+        if band is None:
             return False
-        x, low, high = band_envelope(c.x, c.ci_lo, c.ci_hi, valid, BAND_COLUMNS, float(np.nanmin(c.x)),
-                                     float(np.nanmax(c.x)))
+        x, low, high, path = band
         tint = pg.mkColor(colour)
         tint.setAlpha(60)
-        fill = QGraphicsPathItem(band_path(x, low, high))
-        fill.setBrush(pg.mkBrush(tint))
-        fill.setPen(pg.mkPen(None))
-        fill.setZValue(-0.5)  # under the curves, over the grid
-        self.getPlotItem().addItem(fill, ignoreBounds=True)  # the view follows the curves, not the (wide) interval
+        if len(self.bands) < len(self._fills):  # one that remove_curves hid
+            fill = self._fills[len(self.bands)]
+            fill.setPath(path)
+            fill.setVisible(True)
+        else:
+            fill = QGraphicsPathItem(path)
+            fill.setPen(pg.mkPen(None))
+            fill.setZValue(-0.5)  # under the curves, over the grid
+            self.getPlotItem().addItem(fill, ignoreBounds=True)  # the view follows the curves, not the wide interval
+            self._fills.append(fill)
+        if fill.brush().color() != tint:
+            fill.setBrush(pg.mkBrush(tint))
         self.bands[key] = Band(fill, x, low, high)
         return True
 
-    def remove_curves(self) -> None:
-        super().remove_curves()
-        item = self.getPlotItem()
+    def remove_curves(self, keep_legend: bool = False) -> None:
+        super().remove_curves(keep_legend)
         for band in self.bands.values():
-            item.removeItem(band.fill)
+            band.fill.setVisible(False)
         self.bands.clear()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)

@@ -122,6 +122,29 @@ class OutsideLegend(pg.LegendItem):
         finally:
             self._fitting = False
 
+    def put(self, index: int, item: pg.GraphicsObject, name: str) -> None:
+        """Make entry ``index`` name ``item``: kept as it is when it does already (no new label laid out), else it
+        and every entry after it are replaced."""
+        if index < len(self.items) and self.items[index][0].item is item and self.items[index][1].text == name:
+            self.items[index][0].update()  # the item's pen may have changed: the sample shows it
+            return
+        self.keep_first(index)
+        self.addItem(item, name)
+
+    def keep_first(self, count: int) -> None:
+        """Drop every entry after the first ``count`` (the others keep their labels and places)."""
+        if len(self.items) <= count:
+            return
+        for sample, label in self.items[count:]:
+            self._removeItemFromLayout(sample, label)
+        del self.items[count:]
+        for i in range(self.layout.count() - 1, -1, -1):  # laid out again from the first cell, as setColumnCount does
+            self.layout.removeAt(i)
+        self.rowCount = 0
+        for sample, label in self.items:
+            self._addItemToLayout(sample, label)
+        self.updateSize()
+
 
 def _mark_lone_point(curve: pg.PlotDataItem, lone: bool) -> None:
     """A curve of one point draws no line: show that point as a dot (a script that logged once), and no dots
@@ -153,6 +176,10 @@ class LivePlot(pg.PlotWidget):
         item.layout.addItem(self.legend, 4, 1)
         item.legend = self.legend  # named curves register with it
         self.curves: dict[str, tuple[pg.PlotDataItem, SeriesBuffer]] = {}
+        #: Every curve made, in the order made (their stacking order); those from ``_used`` on are hidden, spare.
+        self._made: list[pg.PlotDataItem] = []
+        self._used = 0
+        self._legend_count = 0  # legend entries named since remove_curves
         self._dirty: set[str] = set()
         self._drawn: dict[str, tuple[int, int] | None] = {}  # what a curve holds when it holds raw points
         self._view_moved = False
@@ -184,25 +211,47 @@ class LivePlot(pg.PlotWidget):
     def add_curve(self, key: str, buffer: SeriesBuffer, name: str | None = None, color: str | None = None,
                   width: float = 1.0, alpha: int = 255, style: Qt.PenStyle = Qt.PenStyle.SolidLine,
                   legend: bool = True) -> pg.PlotDataItem:
-        """A curve drawing ``buffer``; ``name`` in the legend (unless ``legend`` is False) and the hover readout."""
+        """A curve drawing ``buffer``; ``name`` in the legend (unless ``legend`` is False) and the hover readout.
+
+        A curve that :meth:`remove_curves` hid is used again (creating and removing pyqtgraph items took half of a
+        Compare tab redraw); the k-th curve added after it is the k-th made, so curves stack in the order added."""
         color = pg.mkColor(color or PALETTE[len(self.curves) % len(PALETTE)])
         if alpha < 255:  # a faint curve in an opaque tint: alpha blending would cost more than the curve
             background = pg.mkColor(pg.getConfigOption("background"))
             f = alpha / 255
             color = pg.mkColor([round(f * c + (1 - f) * b) for c, b in zip(color.getRgb()[:3],
                                                                          background.getRgb()[:3])])
-        curve = self.getPlotItem().plot([], [], pen=pg.mkPen(color, width=width, style=style),
-                                        name=name if legend else None, connect="finite")
+        pen = pg.mkPen(color, width=width, style=style)
+        if self._used < len(self._made):
+            curve = self._made[self._used]
+            if curve.opts["symbol"] is not None:
+                curve.setSymbol(None)  # a lone point's dot in the previous curve's colour (redraw sets it again)
+            if curve.opts["pen"] != pen:
+                curve.setPen(pen)
+            curve.setVisible(True)
+        else:
+            curve = self.getPlotItem().plot([], [], pen=pen, connect="finite")
+            self._made.append(curve)
+        self._used += 1
         curve.opts["name"] = name  # the hover readout names it also when the legend does not
+        if legend and name is not None:
+            self.legend.put(self._legend_count, curve, name)
+            self._legend_count += 1
         self.curves[key] = (curve, buffer)
         self._drawn.pop(key, None)
         self._dirty.add(key)
         return curve
 
-    def remove_curves(self) -> None:
-        for curve, _ in self.curves.values():
-            self.getPlotItem().removeItem(curve)
-        self.legend.clear()
+    def remove_curves(self, keep_legend: bool = False) -> None:
+        """Take every curve away (hidden, to be used again by :meth:`add_curve`); ``keep_legend``: the legend's
+        entries stay until the next :meth:`redraw`, and those the curves added again name as before are not laid
+        out again."""
+        for curve in self._made[:self._used]:
+            curve.setVisible(False)
+        self._used = 0
+        self._legend_count = 0
+        if not keep_legend:
+            self.legend.keep_first(0)
         self.curves.clear()
         self._dirty.clear()
         self._drawn.clear()
@@ -270,6 +319,7 @@ class LivePlot(pg.PlotWidget):
 
     def redraw(self) -> None:
         """Give the changed curves (all of them after a pan, zoom or resize) their envelope for the view."""
+        self.legend.keep_first(self._legend_count)  # what remove_curves(keep_legend=True) left and no curve named
         if self._drawing or not (self._dirty or self._view_moved):
             return
         empty = bool(self.curves) and not any(len(buffer) for _, buffer in self.curves.values())

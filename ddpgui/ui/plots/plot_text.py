@@ -69,7 +69,9 @@ class FittedTitle:
         if not self.text:
             item.setTitle(None)
             return
-        item.setTitle("<br>".join(html.escape(line) for line in self.lines), size=f"{TITLE_PT:g}pt")
+        shown = "<br>".join(html.escape(line) for line in self.lines)
+        if shown != item.titleLabel.text or not item.titleLabel.isVisible():  # setting it lays its HTML out again
+            item.setTitle(shown, size=f"{TITLE_PT:g}pt")
         height = 8 + QFontMetrics(font).lineSpacing() * len(self.lines)  # setTitle fixes one line's 30 px
         # a title's text sets its label's minimum width: a wider one pushed the data area past the widget's
         # right edge (blank bars until a resize); wrapped to the room there is, it never widens the plot
@@ -118,3 +120,11 @@ def _centred() -> QTextOption:
     option.setAlignment(Qt.AlignmentFlag.AlignHCenter)
     option.setWrapMode(QTextOption.WrapMode.WordWrap)
     return option
+
+
+def set_axis_label(item: pg.PlotItem, side: str, text: str) -> None:
+    """``item.setLabel(side, text)``, skipped when the axis says that already: each call lays the label's HTML out
+    again, and a redraw of the Compare tab sets its five plots' labels each time."""
+    axis = item.getAxis(side)
+    if axis.labelText != text or axis.labelUnits or axis.labelUnitPrefix or not axis.isVisible():
+        item.setLabel(side, text)

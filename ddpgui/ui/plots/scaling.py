@@ -6,6 +6,7 @@ the points; without a family to draw the plot says why at its centre.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -15,9 +16,22 @@ from ddpgui.core.analysis.comparison import Comparison, GroupStats, family_key
 from ddpgui.core.outputs.figures import estimate_error, interval_words
 
 from .live_plot import OutsideLegend
-from .plot_text import FittedTitle, PlotMessage
+from .plot_text import FittedTitle, PlotMessage, set_axis_label
 
 NO_FAMILY = "Scaling needs a 1-process run and an N-process run with otherwise the same settings."
+
+
+@dataclass
+class FamilyItems:
+    """What one family is drawn with, in the order it stacks: its line, intervals, repeats' dots and ideal line."""
+
+    line: pg.PlotDataItem
+    intervals: pg.ErrorBarItem
+    dots: pg.ScatterPlotItem | None
+    ideal: pg.PlotDataItem
+
+    def parts(self) -> list:
+        return [p for p in (self.line, self.intervals, self.dots, self.ideal) if p is not None]
 
 
 class ScalingPlot(pg.PlotWidget):
@@ -34,18 +48,42 @@ class ScalingPlot(pg.PlotWidget):
         self.fitted = FittedTitle(self, "scaling")
         self.message = PlotMessage(item)
         self.families: list[list[GroupStats]] = []
+        self.drawn: list[FamilyItems] = []  # each family's items, given new data at the next redraw
+
+    def _items_for(self, index: int, dots: bool) -> FamilyItems:
+        """Family ``index``'s items: those of the last redraw's family there when they have dots alike, else new
+        ones (made, with those of the families after it, again: the families stack in their order)."""
+        if index < len(self.drawn) and (self.drawn[index].dots is not None) == dots:
+            return self.drawn[index]
+        self._drop_from(index)
+        item = self.getPlotItem()
+        line, intervals = item.plot([], []), pg.ErrorBarItem()
+        item.addItem(intervals)
+        scatter = pg.ScatterPlotItem() if dots else None
+        if scatter is not None:
+            item.addItem(scatter)
+        made = FamilyItems(line, intervals, scatter, item.plot([], []))
+        self.drawn.append(made)
+        return made
+
+    def _drop_from(self, index: int) -> None:
+        item = self.getPlotItem()
+        for gone in self.drawn[index:]:
+            for part in gone.parts():
+                item.removeItem(part)
+        del self.drawn[index:]
 
     def show_scaling(self, comparison: Comparison, colours: Mapping[str, str], order: list[GroupStats]) -> None:
         item = self.getPlotItem()
-        item.clear()
-        self.legend.clear()
         families: dict[str, list[GroupStats]] = {}
         for g in order:
             if comparison.scaling[g.key].value is not None:
                 families.setdefault(family_key(g), []).append(g)
         self.families = [v for v in families.values() if len(v) >= 2]
-        item.setLabel("left", comparison.groups[0].runs[0].throughput_unit)
+        set_axis_label(item, "left", comparison.groups[0].runs[0].throughput_unit)
         if not self.families:
+            self._drop_from(0)
+            self.legend.keep_first(0)
             self.fitted.set("scaling")
             item.getAxis("bottom").setTicks(None)
             item.setXRange(0, 1)
@@ -57,7 +95,7 @@ class ScalingPlot(pg.PlotWidget):
         shown = [g.metrics["throughput"] for members in self.families for g in members]
         words = interval_words(shown)
         self.fitted.set("scaling" + (f" ({words})" if words else "") + "; dotted: ideal N × 1-process")
-        for members in self.families:
+        for index, members in enumerate(self.families):
             members.sort(key=lambda g: g.world_size)
             colour = colours[members[0].key]
             n = np.array([g.world_size for g in members], float)
@@ -65,16 +103,19 @@ class ScalingPlot(pg.PlotWidget):
             mean = np.array([e.mean for e in est], float)
             one = next(e.mean for g, e in zip(members, est) if g.world_size == 1)
             words = [w for w in members[0].label.split() if not w.endswith("×")]
-            item.plot(n, mean, pen=pg.mkPen(colour, width=1.5), symbol="o", symbolBrush=colour,
-                      name=" ".join(words) or "throughput")
-            errors = np.array([estimate_error(e) or (0.0, 0.0) for e in est], float)
-            item.addItem(pg.ErrorBarItem(x=n, y=mean, bottom=errors[:, 0], top=errors[:, 1], beam=0.1,
-                                         pen=pg.mkPen(colour)))
             repeats = [(size, v) for size, e in zip(n, est) if len(e.values) >= 2 for v in e.values]
+            drawn = self._items_for(index, bool(repeats))
+            name = " ".join(words) or "throughput"
+            drawn.line.setData(n, mean, pen=pg.mkPen(colour, width=1.5), symbol="o", symbolBrush=colour, name=name)
+            self.legend.put(index, drawn.line, name)
+            errors = np.array([estimate_error(e) or (0.0, 0.0) for e in est], float)
+            drawn.intervals.setData(x=n, y=mean, bottom=errors[:, 0], top=errors[:, 1], beam=0.1, pen=pg.mkPen(colour))
             if repeats:  # each repeat a dot (the only spread shown where there are fewer than 3)
                 x, y = np.array(repeats, float).T
-                item.addItem(pg.ScatterPlotItem(x, y, size=5, pen=pg.mkPen(colour), brush=pg.mkBrush("w")))
-            item.plot(n, n * one, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DotLine))
+                drawn.dots.setData(x, y, size=5, pen=pg.mkPen(colour), brush=pg.mkBrush("w"))
+            drawn.ideal.setData(n, n * one, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DotLine))
+        self._drop_from(len(self.families))
+        self.legend.keep_first(len(self.families))
         sizes = sorted({g.world_size for members in self.families for g in members})
         item.getAxis("bottom").setTicks([[(s, str(s)) for s in sizes]])
         item.enableAutoRange()

@@ -47,7 +47,7 @@ from ddpgui.core.store.records import SWEEP_FINAL_STATES
 from remote_runner.status import FINAL_STATES
 
 from ..plots.bars import BarPlot
-from ..plots.compare_curves import MeanCurvesPlot
+from ..plots.compare_curves import MeanCurvesPlot, ready_curves
 from ..plots.scaling import ScalingPlot
 from .compare_export import ExportMixin
 from .compare_plots import ComparePlots
@@ -71,13 +71,13 @@ RUN_COLUMNS = 4096
 
 def compare_on_worker(*args, **kwargs) -> tuple[CompareResult, dict[str, list]]:
     """:func:`compute_comparison` and, beside it, the groups' mean loss curves along each x axis, each run's
-    curve reduced to the points that decide its pixels (averaging and reducing 10 runs × 100k points took the
-    GUI thread 70 ms and 90 ms: they are done here, on the worker)."""
+    curve reduced to the points that decide its pixels, ready to draw (:func:`ready_curves`; averaging and reducing
+    10 runs × 100k points took the GUI thread 70 ms and 90 ms: they are done here, on the worker)."""
     result = compute_comparison(*args, **kwargs)
     means = {x: group_curves(result.comparison, result.curves, x) for x in ALIGN}
     for c in (c for curves in means.values() for c in curves):
         c.runs = [envelope(rx, ry, RUN_COLUMNS) for rx, ry in c.runs]
-    return result, means
+    return result, {x: ready_curves(curves) for x, curves in means.items()}  # buffers and bands: drawn as they are
 
 
 class SweepChooser(QComboBox):
@@ -107,7 +107,7 @@ class CompareView(ExportMixin, QWidget):
         self.run_ids: list[str] = []
         self.comparison: Comparison | None = None
         self.curves: dict[str, Curve] = {}
-        self.means: dict[str, list] = {}  # x axis → the groups' mean curves, from the worker
+        self.means: dict[str, list] = {}  # x axis → the groups' curves ready to draw, from the worker
         self.known: dict[str, RunStats] = {}
         self.baseline: str | None = None
         self.sweeps: list[SweepRecord] = []
@@ -429,9 +429,9 @@ class CompareView(ExportMixin, QWidget):
         labels = [f"{g.label}\nn={g.n}" for g in groups]
         bar_colours = [colours[g.key][0] for g in groups]
         unit = comparison.groups[0].runs[0].throughput_unit
-        self.throughput_plot.getPlotItem().setLabel("left", unit)
+        self.throughput_plot.set_y_label(unit)
         memory_unit, scale = figures.memory_unit(g.metrics["mem_peak_gib"].mean for g in groups)
-        self.memory_plot.getPlotItem().setLabel("left", memory_unit)
+        self.memory_plot.set_y_label(memory_unit)
         for plot, metric, factor, title in ((self.throughput_plot, "throughput", 1.0, "steady throughput"),
                                             (self.memory_plot, "mem_peak_gib", scale, "peak memory")):
             estimates = [g.metrics[metric] for g in groups]
@@ -445,7 +445,7 @@ class CompareView(ExportMixin, QWidget):
                            dots=[[v * factor for v in e.values] for e in estimates])
         ratios = [comparison.speedup[g.key] for g in groups]
         base = comparison.baseline_group.label
-        self.speedup_plot.getPlotItem().setLabel("left", "×")
+        self.speedup_plot.set_y_label("×")
         if len(groups) < 2:
             self.speedup_plot.show_bars(labels, [None] * len(groups), [None] * len(groups), bar_colours,
                                         "One setting only: nothing to compare with the baseline.",
