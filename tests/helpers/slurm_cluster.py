@@ -239,7 +239,9 @@ class SlurmCluster:
             "JobCompType=jobcomp/none", "MailProg=/bin/true",
             "MinJobAge=300",  # ended jobs stay visible to `scontrol show job` for 5 minutes
             "KillWait=5",  # SIGTERM at the time limit (or scancel), SIGKILL 5 s later
-            "InactiveLimit=0", "SlurmdTimeout=30", "OverTimeLimit=0", "MessageTimeout=20",
+            "InactiveLimit=0", "OverTimeLimit=0",
+            # a dead slurmd is marked DOWN after 12 s (its ping every 4 s): the tests that kill one wait that long
+            "SlurmdTimeout=12", "MessageTimeout=8",
         ]
         lines = [
             *(line for line in settings if line.split("=", 1)[0] not in self.options),
@@ -454,7 +456,7 @@ class SlurmCluster:
 
     def kill_slurmd(self, node: str) -> int:
         """SIGKILL ``node``'s slurmd (the steps it started live on: add :meth:`kill_node` for a whole node's
-        death).  slurmctld marks the node DOWN after ``SlurmdTimeout`` (30 s); a requeueable batch job on it is
+        death).  slurmctld marks the node DOWN after ``SlurmdTimeout`` (12 s); a requeueable batch job on it is
         requeued, a ``--no-requeue`` one ends ``NODE_FAIL``.  :meth:`reset` (the ``slurm`` fixture) restarts it.
         Returns its pid."""
         proc = self.slurmds[node]

@@ -137,7 +137,7 @@ def test_a_dead_node_fails_its_job_and_reset_brings_the_node_back(slurm):
     _until(lambda: _running_sleep(slurm, "n2"), 60, "the job's sleep on n2", slurm)
     slurm.kill_node("n2")
     slurm.kill_slurmd("n2")
-    ended = slurm.wait_job(job, "NODE_FAIL", "FAILED", "COMPLETED", "CANCELLED", timeout=180)  # SlurmdTimeout=30
+    ended = slurm.wait_job(job, "NODE_FAIL", "FAILED", "COMPLETED", "CANCELLED", timeout=180)  # SlurmdTimeout=12
     assert (ended["JobState"], ended["Reason"]) == ("NODE_FAIL", "NodeDown"), ended
     assert slurm.node_states()["n2"].startswith("down"), slurm.node_states()
     slurm.reset()
