@@ -1,7 +1,8 @@
 """Command line of the runner: ``probe | launch RUN_DIR | status RUN_DIR | stop RUN_DIR | follow RUN_DIR``
 (and ``runs RUN_ROOT``, the run directories there; ``rdzv-listen`` / ``rdzv-check``, the multi-node preflight;
 ``slurm-job`` / ``slurm-node``, a run as one Slurm job: remote_runner.slurm; ``monitor``, the host's GPUs and
-processes as a JSON line every few seconds: remote_runner.gpumonitor).
+processes as a JSON line every few seconds: remote_runner.gpumonitor; ``outputs``, the files a run wrote:
+remote_runner.outputs).
 
 Each command prints JSON on stdout (``follow`` prints the framed stream of
 docs/PROTOCOL.md) and exits 0 on success, 2 when the request was refused.
@@ -196,6 +197,12 @@ def cmd_follow(args: argparse.Namespace) -> int:
     return follow(os.path.abspath(args.run_dir), args.offsets, once=args.once)
 
 
+def cmd_outputs(args: argparse.Namespace) -> int:
+    from .outputs import main as outputs
+
+    return outputs(os.path.abspath(args.run_dir), args.read, args.offset, args.sha256, _print, _refuse)
+
+
 def cmd_rdzv_listen(args: argparse.Namespace) -> int:
     from .rendezvous import listen
 
@@ -281,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="offsets", default=None, help='JSON offsets, e.g. {"metrics.jsonl": 812}')
     p.add_argument("--once", action="store_true", help="send what is there now and stop")
     p.set_defaults(func=cmd_follow)
+    p = sub.add_parser("outputs", help="list the files the run wrote (its folder and its outputs_dir), with sizes; "
+                                       "or stream one (--read) or hash one (--sha256): remote_runner.outputs")
+    p.add_argument("run_dir")
+    p.add_argument("--read", default=None, metavar="FILE", help='JSON ["run"|"outputs", PATH]: stream that file')
+    p.add_argument("--offset", type=int, default=0, help="with --read: from this byte (a resumed download)")
+    p.add_argument("--sha256", default=None, metavar="FILE", help="print the sha256 of that file")
+    p.set_defaults(func=cmd_outputs)
     p = sub.add_parser("rdzv-listen", help="multi-node preflight on node 0: hold a rendezvous port, answer checks")
     p.add_argument("--port", type=int, default=0, help="the port to hold (default: a free one)")
     p.add_argument("--expect", type=int, default=1, help="end after this many checks")

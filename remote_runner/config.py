@@ -160,6 +160,9 @@ class RunConfig:
     #: How ``gpus`` were chosen when they were picked for the run, ``"free:N"`` (any N free ones): a rerun or a
     #: duplicate picks free GPUs again rather than the same ones.  Read by the client only.
     gpu_choice: Optional[str] = None
+    #: A folder the run writes its outputs to besides the run directory (absolute, ``~/``, or relative to where
+    #: the run works: a script's folder, else the run directory), listed by ``outputs`` for ``ddpgui pull``.
+    outputs_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.schema != SCHEMA_VERSION:
@@ -205,6 +208,8 @@ class RunConfig:
         check_env(self.env)
         if self.gpus is not None:
             _check_gpus(self.gpus, self.nproc_per_node, self.env)
+        if self.outputs_dir is not None and (not self.outputs_dir.strip() or "\0" in self.outputs_dir):
+            raise ConfigError("outputs_dir", "must name a folder (or be left out), got %r" % (self.outputs_dir,))
         if self.gpu_choice is not None and (self.gpus is None or not re.match(r"free:\d+$", str(self.gpu_choice))):
             raise ConfigError("gpu_choice", "'free:N' beside the gpus it chose, got %r" % (self.gpu_choice,))
 

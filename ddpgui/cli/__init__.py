@@ -1,14 +1,14 @@
 """The command-line mirror of the app: thin, it calls ddpgui.core.
 
 :func:`main` parses and runs one command; :func:`build_parser` registers the commands of each command module
-(runs, hosts, compare, sweeps, adopt, gpus, scripts: each has ``register(subparsers)``). Exit codes: see :mod:`.common`.
+(runs, hosts, compare, sweeps, adopt, gpus, scripts, pull: each has ``register(subparsers)``). Exit codes: see :mod:`.common`.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import adopt, compare, gpus, hosts, runs, scripts, sweeps, tensorboard
+from . import adopt, compare, gpus, hosts, pull, runs, scripts, sweeps, tensorboard
 from .common import execute
 from .process import run_command
 
@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddpgui", description="Launch, watch and compare PyTorch DDP experiments.")
     parser.add_argument("--version", action="version", version=f"ddpgui {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for commands in (runs, hosts, compare, sweeps, adopt, gpus, scripts, tensorboard):
+    for commands in (runs, hosts, compare, sweeps, adopt, gpus, scripts, tensorboard, pull):
         commands.register(sub)
     return parser
 

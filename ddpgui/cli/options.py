@@ -40,7 +40,7 @@ def launch_settings(args: argparse.Namespace) -> dict:
     """The run settings given by the options of :func:`add_launch_settings` (and ``--name``, ``--tag``)."""
     settings = {key: getattr(args, dest) for dest, key in SCALAR_SETTINGS.items()}
     settings.update(name=args.name, grad_checkpointing=args.grad_checkpointing or None, tags=args.tag or None,
-                    env=dict(args.env) if args.env else None)
+                    env=dict(args.env) if args.env else None, outputs_dir=args.outputs_dir)
     if args.inference_precisions:
         settings["inference_precisions"] = args.inference_precisions.split(",")
     if args.script:
@@ -90,6 +90,9 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-checkpointing", action="store_true")
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--env", action="append", type=env_pair, metavar="KEY=VALUE", help="environment for the run")
+    p.add_argument("--outputs-dir", default=None, metavar="DIR",
+                   help="a folder on the host the run writes its files to (relative: to your script's folder); "
+                        "ddpgui pull lists it beside the run's own folder")
     p.add_argument("--gpus", type=gpu_choice, default=None, metavar="0,3|free:N",
                    help="the host's GPUs to run on (nvidia-smi's indices), or any N free ones; one process per GPU "
                         "(--nproc follows); see them with: ddpgui gpus HOST")
