@@ -96,6 +96,7 @@ class BarPlot(pg.PlotWidget):
             self._tooltip()
             item.setXRange(-0.6, max(1, len(labels)) - 0.4, padding=0)
             item.setYRange(0, 1, padding=0)
+            self._empty_hidden()
             return
         self.message.hide()
         x = np.array(drawn, float)
@@ -129,6 +130,16 @@ class BarPlot(pg.PlotWidget):
         item.setXRange(-0.6, len(labels) - 0.4, padding=0)
         item.setYRange(bottom, top if top > bottom else bottom + 1.0, padding=0)
         self._tooltip()
+        self._empty_hidden()
+
+    def _empty_hidden(self) -> None:
+        """What this redraw hides holds no data: pyqtgraph's CSV export reads hidden items too."""
+        if not self._intervals.isVisible() and self._intervals.opts["x"] is not None:
+            self._intervals.setData(x=None, y=None)
+        if not self._ranges.isVisible() and self._ranges.getData()[0] is not None:
+            self._ranges.setData([], [])
+        if not self._dots.isVisible() and len(self._dots.data):
+            self._dots.clear()
 
     def _draw_dots(self, errors: list) -> None:
         """Each repeat a small open dot spread across its bar; a bar without an interval: a line over the range."""

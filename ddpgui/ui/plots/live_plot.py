@@ -320,6 +320,9 @@ class LivePlot(pg.PlotWidget):
     def redraw(self) -> None:
         """Give the changed curves (all of them after a pan, zoom or resize) their envelope for the view."""
         self.legend.keep_first(self._legend_count)  # what remove_curves(keep_legend=True) left and no curve named
+        for spare in self._made[self._used:]:
+            if spare.xData is not None:  # a hidden curve holds no data: pyqtgraph's CSV export reads it too
+                spare.setData([], [])
         if self._drawing or not (self._dirty or self._view_moved):
             return
         empty = bool(self.curves) and not any(len(buffer) for _, buffer in self.curves.values())

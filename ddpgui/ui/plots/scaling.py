@@ -27,11 +27,20 @@ class FamilyItems:
 
     line: pg.PlotDataItem
     intervals: pg.ErrorBarItem
-    dots: pg.ScatterPlotItem | None
+    dots: pg.ScatterPlotItem
     ideal: pg.PlotDataItem
 
-    def parts(self) -> list:
-        return [p for p in (self.line, self.intervals, self.dots, self.ideal) if p is not None]
+    def parts(self) -> tuple:
+        return self.line, self.intervals, self.dots, self.ideal
+
+    def empty(self) -> None:
+        """Hidden, holding no data (pyqtgraph's CSV export reads hidden items too)."""
+        self.line.setData([], [])
+        self.intervals.setData(x=None, y=None)
+        self.dots.clear()
+        self.ideal.setData([], [])
+        for part in self.parts():
+            part.setVisible(False)
 
 
 class ScalingPlot(pg.PlotWidget):
@@ -48,30 +57,25 @@ class ScalingPlot(pg.PlotWidget):
         self.fitted = FittedTitle(self, "scaling")
         self.message = PlotMessage(item)
         self.families: list[list[GroupStats]] = []
-        self.drawn: list[FamilyItems] = []  # each family's items, given new data at the next redraw
+        self.drawn: list[FamilyItems] = []  # made for earlier redraws, given new data (the surplus hidden, empty)
 
-    def _items_for(self, index: int, dots: bool) -> FamilyItems:
-        """Family ``index``'s items: those of the last redraw's family there when they have dots alike, else new
-        ones (made, with those of the families after it, again: the families stack in their order)."""
-        if index < len(self.drawn) and (self.drawn[index].dots is not None) == dots:
-            return self.drawn[index]
-        self._drop_from(index)
-        item = self.getPlotItem()
-        line, intervals = item.plot([], []), pg.ErrorBarItem()
-        item.addItem(intervals)
-        scatter = pg.ScatterPlotItem() if dots else None
-        if scatter is not None:
-            item.addItem(scatter)
-        made = FamilyItems(line, intervals, scatter, item.plot([], []))
-        self.drawn.append(made)
-        return made
+    def _items_for(self, index: int) -> FamilyItems:
+        """Family ``index``'s items: those an earlier redraw made, else new ones (stacked over the others)."""
+        if index == len(self.drawn):
+            item = self.getPlotItem()
+            line, intervals, dots = item.plot([], []), pg.ErrorBarItem(), pg.ScatterPlotItem()
+            item.addItem(intervals)
+            item.addItem(dots)
+            self.drawn.append(FamilyItems(line, intervals, dots, item.plot([], [])))
+        drawn = self.drawn[index]
+        for part in drawn.parts():
+            part.setVisible(True)
+        return drawn
 
-    def _drop_from(self, index: int) -> None:
-        item = self.getPlotItem()
-        for gone in self.drawn[index:]:
-            for part in gone.parts():
-                item.removeItem(part)
-        del self.drawn[index:]
+    def _empty_from(self, index: int) -> None:
+        for spare in self.drawn[index:]:
+            if spare.line.isVisible():
+                spare.empty()
 
     def show_scaling(self, comparison: Comparison, colours: Mapping[str, str], order: list[GroupStats]) -> None:
         item = self.getPlotItem()
@@ -82,7 +86,7 @@ class ScalingPlot(pg.PlotWidget):
         self.families = [v for v in families.values() if len(v) >= 2]
         set_axis_label(item, "left", comparison.groups[0].runs[0].throughput_unit)
         if not self.families:
-            self._drop_from(0)
+            self._empty_from(0)
             self.legend.keep_first(0)
             self.fitted.set("scaling")
             item.getAxis("bottom").setTicks(None)
@@ -104,7 +108,7 @@ class ScalingPlot(pg.PlotWidget):
             one = next(e.mean for g, e in zip(members, est) if g.world_size == 1)
             words = [w for w in members[0].label.split() if not w.endswith("×")]
             repeats = [(size, v) for size, e in zip(n, est) if len(e.values) >= 2 for v in e.values]
-            drawn = self._items_for(index, bool(repeats))
+            drawn = self._items_for(index)
             name = " ".join(words) or "throughput"
             drawn.line.setData(n, mean, pen=pg.mkPen(colour, width=1.5), symbol="o", symbolBrush=colour, name=name)
             self.legend.put(index, drawn.line, name)
@@ -113,8 +117,11 @@ class ScalingPlot(pg.PlotWidget):
             if repeats:  # each repeat a dot (the only spread shown where there are fewer than 3)
                 x, y = np.array(repeats, float).T
                 drawn.dots.setData(x, y, size=5, pen=pg.mkPen(colour), brush=pg.mkBrush("w"))
+            else:
+                drawn.dots.clear()
+                drawn.dots.setVisible(False)
             drawn.ideal.setData(n, n * one, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DotLine))
-        self._drop_from(len(self.families))
+        self._empty_from(len(self.families))
         self.legend.keep_first(len(self.families))
         sizes = sorted({g.world_size for members in self.families for g in members})
         item.getAxis("bottom").setTicks([[(s, str(s)) for s in sizes]])
