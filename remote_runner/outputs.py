@@ -15,7 +15,7 @@ import json
 import os
 import stat
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional
 
 CHUNK = 1 << 20
 #: The roots a listing's entries belong to: the run directory, and the folder the launch settings named.
@@ -47,7 +47,7 @@ def outputs_dir(run_dir: str) -> Optional[str]:
     return os.path.normpath(os.path.join(base, folder))
 
 
-def roots(run_dir: str) -> List[Tuple[str, str]]:
+def roots(run_dir: str) -> list[tuple[str, str]]:
     """(root name, absolute folder) of each folder a listing covers."""
     found = [(RUN_ROOT, run_dir)]
     extra = outputs_dir(run_dir)
@@ -147,7 +147,7 @@ def _hash_upto(fh, sha, end: int) -> None:
         left -= len(data)
 
 
-def sha256_of(path: str) -> Tuple[str, int]:
+def sha256_of(path: str) -> tuple[str, int]:
     with _open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         sha = hashlib.sha256()

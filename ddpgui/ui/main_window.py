@@ -30,6 +30,7 @@ from ddpgui.core.targets.factory import open_target
 from remote_runner.status import FINAL_STATES
 
 from .bridge import RunUpdates
+from .dialogs.download_outputs import download_outputs
 from .dialogs.host_key import ChangedHostKeyDialog
 from .dialogs.parse_log import ParseLogDialog, try_reading
 from .dialogs.sweep import SweepDialog
@@ -352,8 +353,8 @@ class MainWindow(QMainWindow):
         elif action == "compare":
             self.compare.add_runs(run_ids)
             self.tabs.setCurrentWidget(self.compare)
-        elif action == "logs":
-            self.dashboard.open_logs(run_ids[0])
+        elif action in ("logs", "pull"):  # pull: Download outputs…
+            self.dashboard.open_logs(run_ids[0]) if action == "logs" else download_outputs(self, run_ids[0])
         elif action == "export":
             folder = QFileDialog.getExistingDirectory(self, "Export runs as CSV")
             if folder:

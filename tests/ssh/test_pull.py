@@ -5,13 +5,13 @@ The run folders are made by hand on the host (config.json and the files a script
 downloading need a run's folder and its record, not a training run (which costs ~10 s each).
 """
 import getpass
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.run_folders import NOT_UTF8, ODD_NAMES, make_run_folder, sha256_file, write_random
 
 from ddpgui.cli import main as cli
 from ddpgui.core.hosts import HostStore
@@ -21,48 +21,11 @@ from ddpgui.core.store import RunStore
 from ddpgui.core.targets.base import ConnectionLost
 
 BIG = 200 * 2**20
-#: Names a script may well write, and some it should not (all are data, never shell).
-ODD_NAMES = ["spaces and ✓ unicode.txt", "new\nline.txt", "-starts-with-dash.txt", "quote'\"$(touch x)`id`.txt",
-             "sub dir/deeper/ckpt-1.pt"]
-NOT_UTF8 = b"caf\xe9.bin"
-
-
-def _sha(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
-def make_run_folder(root: Path, run_id: str, big: Path | None = None) -> Path:
-    """A finished run's folder as a script run leaves it, its outputs_dir beside it, and things never to follow."""
-    run_dir = root / "runs" / run_id
-    outputs = root / "outs ✓"
-    (run_dir / "sub dir" / "deeper").mkdir(parents=True)
-    outputs.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps({"run_id": run_id, "outputs_dir": str(outputs)}))
-    (run_dir / "stdout.log").write_bytes(b"step 1 loss 0.5\n" * 100)
-    for i, name in enumerate(ODD_NAMES):
-        (run_dir / name).write_bytes(os.urandom(1000 + i))
-    (run_dir / os.fsdecode(NOT_UTF8)).write_bytes(b"not utf-8 name")
-    (outputs / "model.pt").write_bytes(os.urandom(300_000))
-    if big is not None:
-        os.link(big, outputs / "big.bin")
-    (run_dir / "to passwd").symlink_to("/etc/passwd")
-    (run_dir / "outside dir").symlink_to("/etc")
-    (run_dir / "inside link").symlink_to(run_dir / "stdout.log")
-    os.mkfifo(run_dir / "a fifo")
-    return run_dir
 
 
 @pytest.fixture(scope="module")
 def big_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("big") / "big.bin"
-    with open(path, "wb") as fh:
-        for _ in range(BIG // 2**20):
-            fh.write(os.urandom(2**20))
-    return path
+    return write_random(tmp_path_factory.mktemp("big") / "big.bin", BIG)
 
 
 def _profile(env, root: Path, name: str):
@@ -153,7 +116,7 @@ def test_a_dropped_link_resumes_a_200_mib_file_and_its_sha256_matches(ssh_env, t
         assert result.reconnects == 1 and result.downloaded == ["outputs/big.bin"]
         assert result.resumed_bytes > kept  # the second resume started after the second drop
         assert result.bytes < BIG - kept + BIG // 2  # not sent again from the start
-        assert _sha(out / "outputs" / "big.bin") == _sha(big_file) and not part.exists()
+        assert sha256_file(out / "outputs" / "big.bin") == sha256_file(big_file) and not part.exists()
 
 
 def test_cancel_keeps_the_part_and_a_longer_part_starts_over(ssh_env, tmp_path, big_file):

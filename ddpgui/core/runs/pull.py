@@ -292,7 +292,8 @@ def pull(target: Target, run_dir: str, files: list[OutputFile], out_dir: str | P
         dest.parent.mkdir(parents=True, exist_ok=True)
         here = 0  # bytes of this file in place (kept in its .part, or arrived)
 
-        def count(n: int, travelled: bool = True, file: OutputFile = file, index: int = index) -> None:
+        def count(n: int, travelled: bool = True, file: OutputFile = file, index: int = index,
+                  before: int = before) -> None:
             nonlocal here
             here += n
             if travelled:

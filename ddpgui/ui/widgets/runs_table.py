@@ -257,7 +257,8 @@ class RunsTable(QWidget):
     action_requested = Signal(str, list)  # action name, run ids
 
     ACTIONS = (("stop", "Stop"), ("rerun", "Rerun"), ("duplicate", "Duplicate and edit"),
-               ("logs", "Open logs"), ("compare", "Add to comparison"), ("export", "Export CSV…"),
+               ("logs", "Open logs"), ("pull", "Download outputs…"), ("compare", "Add to comparison"),
+               ("export", "Export CSV…"),
                ("delete", "Delete…"))
 
     def __init__(self, store: RunStore, parent=None):
@@ -396,7 +397,7 @@ class RunsTable(QWidget):
             action = QAction(text, menu)
             action.triggered.connect(lambda _=False, k=key: self.action_requested.emit(k, ids))
             action.setObjectName(f"run_{key}")
-            if (key in ("rerun", "duplicate", "logs") and len(ids) != 1) or (key == "stop" and ended):
+            if (key in ("rerun", "duplicate", "logs", "pull") and len(ids) != 1) or (key == "stop" and ended):
                 action.setEnabled(False)
             menu.addAction(action)
         return menu
