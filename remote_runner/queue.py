@@ -26,9 +26,10 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Callable, Optional
 
-from .fsutil import atomic_write, pid_alive
+from .fsutil import atomic_write
 
 QUEUE = "queue"
 CELLS = "cells"
@@ -224,8 +225,7 @@ def _runner(args: list, stdin: bytes = b"", timeout: float = 300.0) -> dict:
     command takes.  Its last line of JSON."""
     from .supervisor import runner_env, self_command
 
-    proc = subprocess.run(self_command() + args, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=runner_env(), timeout=timeout)
+    proc = subprocess.run(self_command() + args, input=stdin, capture_output=True, env=runner_env(), timeout=timeout)
     lines = proc.stdout.decode("utf-8", "replace").strip().splitlines()
     try:
         return json.loads(lines[-1])

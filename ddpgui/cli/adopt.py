@@ -7,6 +7,7 @@ import json
 import sys
 
 from ..core.runs.adopt import adopt_runs
+from ..core.sweeps.hostqueue import adopt_sweeps
 from .common import EXIT_OK, CLIError, open_manager, terminal_text
 
 #: How long ``adopt`` waits for the points of the runs that had ended already.
@@ -22,9 +23,10 @@ def cmd_adopt(args: argparse.Namespace) -> int:
             except TimeoutError:
                 raise CLIError(f"run {run_id} was adopted but its points are still arriving after {WAIT_S:.0f} s",
                                f"store the rest with: ddpgui follow {run_id}") from None
+        sweeps = adopt_sweeps(manager, args.hosts)  # after the waits: an ended run's cell gets its outcome
         adopted = [manager.store.get_run(r.id) for r in result.adopted]
     if args.json:
-        print(json.dumps({"adopted": [r.id for r in adopted], "known": result.known,
+        print(json.dumps({"adopted": [r.id for r in adopted], "known": result.known, "sweeps": [s.id for s in sweeps],
                           "skipped": [{"where": w, "why": why} for w, why in result.skipped]}, indent=1))
         return EXIT_OK
     for record in adopted:
@@ -34,6 +36,9 @@ def cmd_adopt(args: argparse.Namespace) -> int:
               f"{record.last_step or 0} steps{live}")
     for where, why in result.skipped:
         print(f"skipped {terminal_text(where)}: {why}", file=sys.stderr)
+    for sweep in sweeps:
+        more = f"; follow the rest with ddpgui sweep-resume {sweep.id}" if sweep.active else ""
+        print(f"adopted sweep {sweep.id} {terminal_text(sweep.name)!r}: {sweep.message}{more}")
     known = f"; {len(result.known)} already in the store" if result.known else ""
     print(f"{len(adopted)} run(s) adopted from {', '.join(args.hosts)}{known}")
     return EXIT_OK

@@ -23,6 +23,7 @@ from ..core.runs.live import format_duration, format_rate, progress_bar
 from ..core.store import RunNotFound, RunStore, SweepCell, SweepRecord
 from ..core.sweeps import SweepProgress, SweepRunner, SweepSpec, summary_line, sweep_progress
 from ..core.sweeps.gpus import sweep_gpus
+from ..core.sweeps.hostqueue import on_host
 from ..core.sweeps.plan import put_named_axes
 from .common import (
     EXIT_FAILED,
@@ -76,6 +77,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         among = f" among GPUs {args.gpus}" if args.gpus is not None and args.gpus.free_count is None else ""
         how = f"side by side (on a host with GPUs each on free GPUs of its own{among})" if sweep.parallel else \
             "one at a time per host"
+        queued = [h for h in sweep.hosts if on_host(manager, sweep, h)]
+        if queued:
+            how += (f"; queued on {terminal_text(', '.join(queued))} itself: it goes on there without this "
+                    f"computer (ddpgui sweep-stop {sweep.id} stops it)")
         intro = (f"sweep {terminal_text(repr(sweep.name))} ({sweep.id}): {len(cells)} runs on "
                  f"{terminal_text(', '.join(sweep.hosts))}, {how}\n"
                  f"  seeds: {sweep.seeds}")
@@ -203,7 +208,8 @@ def _watch(runner: SweepRunner, sweep_id: str, intro: str = "", line_interval_s:
 def _detach(runner: SweepRunner, sweep_id: str) -> None:
     """After Ctrl-C: say how to resume, let a launch in progress finish (a second Ctrl-C leaves at once)."""
     try:
-        print(f"\ninterrupted; the running cell's run goes on on its host. Resume the sweep with: "
+        print(f"\ninterrupted; the running cell's run goes on on its host (queued on its host: every cell goes on "
+              f"there). Resume the sweep with: "
               f"ddpgui sweep-resume {sweep_id}", file=sys.stderr)
         if runner.launching(sweep_id):
             print("finishing the launch in progress, so that the resumed sweep follows its run "

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.host_queue import queue_processes
 from helpers.spools import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,19 +31,6 @@ def cells(prefix: str, n: int, steps: int = 2, sweep: str = "s1") -> list[dict]:
 def status_of(root: Path, run_id: str) -> dict:
     path = root / "runs" / run_id / "status.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def queue_processes(root: Path) -> list[int]:
-    """The live ``_queue`` processes of this run root."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"_queue" in argv and str(root).encode() in argv:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture

@@ -4,10 +4,11 @@ A :class:`SweepRunner` runs the cells through the RunManager: one worker thread 
 cells in order, one at a time (so runs do not disturb each other's timing) or, for a ``parallel`` sweep, side
 by side: on a host with GPUs each cell on free GPUs of its own (ddpgui.core.gpus.placement; a cell waits,
 saying why in its reason, until enough are free), on a host without as many at once as its CPUs hold.  On a
-Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the sweep are in the queue at
-once, and Slurm runs them as it sees fit.  Everything the runner knows is in the store (``sweeps`` and
-``sweep_cells``), so after the app or the CLI restarts :meth:`SweepRunner.resume` carries on: a cell whose
-run is still going is reattached and waited for, one caught before its run existed is launched again.
+Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the sweep are queued at once.  A
+serial sweep's SSH hosts run their cells in their own queue (ddpgui.core.sweeps.hostqueue): the host launches
+them, the runner follows.  Everything the runner knows is in the store (``sweeps`` and ``sweep_cells``), so after
+a restart :meth:`SweepRunner.resume` carries on: a cell whose run is still going is reattached and waited for, one
+caught before its run existed is launched again.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from remote_runner.config import ConfigError
+from remote_runner.config import ConfigError, RunConfig
 from remote_runner.status import FINAL_STATES
 
 from ..errors import describe
@@ -25,6 +26,7 @@ from ..gpus.launching import with_gpus
 from ..gpus.placement import HostLooks, Placement, decide, gpu_request
 from ..runs.manager import RunManager, RunUpdate
 from ..store import CELL_FINAL_STATES, RunNotFound, RunRecord, SweepCell, SweepRecord
+from . import hostqueue
 from .plan import SweepSpec, plan_sweep
 from .progress import SweepProgress, summary_line, sweep_progress
 
@@ -92,7 +94,7 @@ class SweepRunner:
         job = self._jobs.get(sweep_id)
         return sweep_progress(self.store, sweep_id, job.slots if job else None)
 
-    def _emit(self, job: _Job, changed: int | None = None) -> None:
+    def emit(self, job: _Job, changed: int | None = None) -> None:
         try:
             progress = sweep_progress(self.store, job.sweep.id, job.slots, changed)
         except Exception:
@@ -113,7 +115,7 @@ class SweepRunner:
             job.poke()  # its worker settles the cell and reports it
         elif time.monotonic() - job.last_tick >= TICK_S:
             job.last_tick = time.monotonic()
-            self._emit(job)
+            self.emit(job)
 
     # ---- starting ------------------------------------------------------------------------
     def create(self, spec: SweepSpec) -> SweepRecord:
@@ -157,12 +159,12 @@ class SweepRunner:
         running = [c for c in self.store.sweep_cells(sweep_id) if c.state == "running"]
         self.manager.reattach([c.run_id for c in running if c.run_id])
         for cell in running:
-            run = self._run_of(cell)
+            run = self.run_of(cell)
             if run is None or run.failure == "launch_interrupted":
                 self.store.update_cells(sweep_id, cell.index, expect="running", state="pending", run_id=None,
                                         started_at=None)
             elif not run.active:
-                self._settle(cell, run, stopping=False)
+                self.settle(cell, run, stopping=False)
 
     # ---- the workers ---------------------------------------------------------------------
     def _supervise(self, job: _Job) -> None:
@@ -175,7 +177,7 @@ class SweepRunner:
         job.looks.close()  # every host's monitor ends first: no sampler outlives the sweep
         if not job.halt.is_set():
             self._finish(job)
-        self._emit(job)  # before done: whoever waits has had the final progress
+        self.emit(job)  # before done: whoever waits has had the final progress
         job.done.set()
 
     def _finish(self, job: _Job) -> None:
@@ -189,9 +191,10 @@ class SweepRunner:
 
     def _host_worker(self, job: _Job, host: str) -> None:
         errors = 0
+        queued = hostqueue.on_host(self.manager, job.sweep, host)
         while not job.halt.is_set():
             try:
-                if not self._host_step(job, host):
+                if not (hostqueue.step(self, job, host) if queued else self._host_step(job, host)):
                     return
                 errors = 0
             except Exception as exc:
@@ -212,10 +215,10 @@ class SweepRunner:
         cells = [c for c in self.store.sweep_cells(job.sweep.id) if c.host == host]
         running = []
         for cell in (c for c in cells if c.state == "running"):
-            run = None if cell.index in job.launching else self._run_of(cell)
+            run = None if cell.index in job.launching else self.run_of(cell)
             if run is not None and not run.active:
-                self._settle(cell, run, stopping=False)
-                self._emit(job, cell.index)
+                self.settle(cell, run, stopping=False)
+                self.emit(job, cell.index)
             else:
                 running.append(cell)
         pending = [c for c in cells if c.state == "pending"]
@@ -266,7 +269,7 @@ class SweepRunner:
         for other in running:
             gpus = job.placed.get(other.index)
             if gpus is None:  # launched by an earlier runner (resumed): its run's config says
-                run = self._run_of(other)
+                run = self.run_of(other)
                 gpus = (run.config.get("gpus") if run is not None else None) or ()
             held.update(gpus)
         if job.probed_gpus.get(host) == 0:
@@ -295,12 +298,12 @@ class SweepRunner:
         if placement.room:
             job.slots[host] = max(1, placement.room // self._widest(job, host))
         if placement.refused:
-            self._end_cell(job, cell, "failed", placement.refused, placement.hint, expect="pending")
+            self.end_cell(job, cell, "failed", placement.refused, placement.hint, expect="pending")
             return None
         if placement.waiting and (cell.reason, cell.hint) != (placement.waiting, placement.hint):
             if self.store.update_cells(job.sweep.id, cell.index, expect="pending", reason=placement.waiting,
                                        hint=placement.hint):
-                self._emit(job, cell.index)
+                self.emit(job, cell.index)
         return placement.gpus or None
 
     def _widest(self, job: _Job, host: str) -> int:
@@ -314,15 +317,12 @@ class SweepRunner:
         return capacity
 
     def _launch(self, job: _Job, cell: SweepCell, gpus: tuple[int, ...] = ()) -> bool:
-        """Launch the cell's run (on ``gpus`` when given); False when it did not start (failed or taken
-        meanwhile)."""
+        """Launch the cell's run (on ``gpus`` when given); False when it did not start (failed or taken meanwhile)."""
         sweep = job.sweep
-        tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
-        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags}
         try:
-            cfg = self.manager.config_for(cell.host, with_gpus(settings, gpus) if gpus else settings)
+            cfg = self.cell_config(sweep, cell, gpus=gpus)
         except ConfigError as exc:  # validated when planned; a newer runner could still refuse it
-            self._end_cell(job, cell, "failed", *describe(exc), expect="pending")
+            self.end_cell(job, cell, "failed", *describe(exc), expect="pending")
             return False
         job.launching.add(cell.index)
         try:
@@ -331,14 +331,13 @@ class SweepRunner:
                                            hint=""):
                 return False
             job.placed[cell.index] = gpus
-            self._emit(job, cell.index)
+            self.emit(job, cell.index)
             try:
                 self.manager.launch(cell.host, cfg, sweep_id=sweep.id)
             except Exception as exc:  # refused by the host, or the host is unreachable: the sweep goes on
-                message, hint = describe(exc)
-                self._end_cell(job, cell, "failed", message, hint)
+                self.end_cell(job, cell, "failed", *describe(exc))
                 if getattr(exc, "field", None):
-                    self._skip_alike(job, cell, message)
+                    self._skip_alike(job, cell, describe(exc)[0])
                 return False
         finally:
             job.launching.discard(cell.index)
@@ -346,28 +345,35 @@ class SweepRunner:
             self.manager.stop(cfg.run_id)
         return True
 
+    def cell_config(self, sweep: SweepRecord, cell: SweepCell, run_id: str | None = None,
+                    gpus: tuple[int, ...] = ()) -> RunConfig:
+        """The config of the cell's run: its settings, named after the sweep and tagged with its name."""
+        tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
+        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags, "run_id": run_id or ""}
+        return self.manager.config_for(cell.host, with_gpus(settings, gpus) if gpus else settings)
+
     def _skip_alike(self, job: _Job, refused: SweepCell, message: str) -> None:
         """The host refused a setting: its other repeats on that host would be refused too."""
         same = {k: v for k, v in refused.settings.items() if k != "seed"}
         for cell in self.store.sweep_cells(job.sweep.id):
             if cell.state == "pending" and cell.host == refused.host and \
                     {k: v for k, v in cell.settings.items() if k != "seed"} == same:
-                self._end_cell(job, cell, "skipped", f"not launched: {refused.label} was refused: {message}",
+                self.end_cell(job, cell, "skipped", f"not launched: {refused.label} was refused: {message}",
                                expect="pending")
 
-    def _end_cell(self, job: _Job, cell: SweepCell, state: str, reason: str, hint: str = "",
+    def end_cell(self, job: _Job, cell: SweepCell, state: str, reason: str, hint: str = "",
                   expect: str = "running") -> None:
         if self.store.update_cells(job.sweep.id, cell.index, expect=expect, state=state, reason=reason, hint=hint,
                                    ended_at=time.time()):
-            self._emit(job, cell.index)
+            self.emit(job, cell.index)
 
-    def _run_of(self, cell: SweepCell) -> RunRecord | None:
+    def run_of(self, cell: SweepCell) -> RunRecord | None:
         try:
             return self.store.get_run(cell.run_id) if cell.run_id else None
         except RunNotFound:
             return None
 
-    def _settle(self, cell: SweepCell, run: RunRecord, stopping: bool) -> None:
+    def settle(self, cell: SweepCell, run: RunRecord, stopping: bool) -> None:
         """Record the outcome of the cell's ended run."""
         hint = ""
         if run.state == "finished":
@@ -398,6 +404,11 @@ class SweepRunner:
             job.poke()
             if job.thread is not None:
                 job.thread.join(timeout)
+        for host in (h for h in sweep.hosts if hostqueue.on_host(self.manager, sweep, h)):
+            try:
+                hostqueue.stop(self, sweep, host)
+            except Exception as exc:  # unreachable: its cells are cancelled here, the host's queue goes on
+                log.warning("could not stop sweep %s's queue on %s: %s", sweep_id, host, exc)
         self.store.update_cells(sweep_id, expect="pending", state="cancelled", reason="the sweep was stopped",
                                 ended_at=time.time())
         for cell in self.store.sweep_cells(sweep_id):
@@ -405,7 +416,7 @@ class SweepRunner:
                 continue
             run = self._stop_run(cell, timeout)
             if run is not None and not run.active:
-                self._settle(cell, run, stopping=True)
+                self.settle(cell, run, stopping=True)
             else:
                 self.store.update_cells(sweep_id, cell.index, expect="running", state="cancelled",
                                         reason="stopped with the sweep (its run had not ended yet)",
@@ -414,14 +425,14 @@ class SweepRunner:
         record = self.store.update_sweep(sweep_id, state=final, ended_at=time.time(),
                                          message=summary_line(Counter(c.state for c in cells), len(cells)))
         if job is not None:
-            self._emit(job)
+            self.emit(job)
         return record
 
     def _stop_run(self, cell: SweepCell, timeout: float) -> RunRecord | None:
         """Stop the cell's run and wait until it has ended (or ``timeout``); None when it has no run."""
         deadline = time.monotonic() + timeout
         while True:
-            run = self._run_of(cell)
+            run = self.run_of(cell)
             if run is None or not run.active:
                 return run
             if run.run_dirs:

@@ -274,6 +274,21 @@ class Target(ABC):
     def status(self, run_dir: str) -> dict:
         return self._runner_json("status", run_dir)
 
+    def queue_add(self, cells: list[dict], sweep: dict | None = None) -> dict:
+        """Hand ``cells`` (``{"run_id", "index", "sweep_id", "config": config.json's text}``) to the host's queue,
+        which launches them one at a time, detached (``queue-add``; docs/PROTOCOL.md, "The host-side queue")."""
+        payload = json.dumps({"cells": cells, "sweep": sweep}).encode()
+        return self._runner_json("queue-add", self.run_root(), "--profile", self.name, stdin=payload, timeout=120)
+
+    def queue_status(self, sweeps: bool = False) -> dict:
+        """The host queue's cells (waiting, launched, cancelled, failed) and whether its process runs."""
+        return self._runner_json("queue-status", self.run_root(), *(["--sweeps"] if sweeps else []))
+
+    def queue_stop(self, sweep_id: str | None = None) -> dict:
+        """Cancel the host queue's waiting cells (of ``sweep_id``) and stop the run it is running."""
+        return self._runner_json("queue-stop", self.run_root(), *(["--sweep", sweep_id] if sweep_id else []),
+                                 timeout=180)
+
     def stop(self, run_dir: str) -> dict:
         return self._runner_json("stop", run_dir, timeout=120)
 
