@@ -198,6 +198,9 @@ class SSHConnection:
             known = [a for a in self.known_hosts.preferred_algorithms(hop.hostname, hop.port) if a in options.key_types]
             if known:
                 options.key_types = known + [a for a in options.key_types if a not in known]
+            # AES-GCM first (paramiko lists it last): one AEAD pass instead of AES-CTR plus HMAC-SHA256, about twice
+            # the bytes per second through paramiko (bench_pull); a server without it negotiates the next one.
+            options.ciphers = tuple(sorted(options.ciphers, key=lambda name: "-gcm@" not in name))
             return transport
 
         try:
