@@ -64,7 +64,9 @@ def list_files(run_dir: str) -> dict:
     """Every regular file of the run's folders, sorted: ``files`` (root, path, size, mtime) and ``skipped``
     (root, path, why)."""
     files, skipped, missing = [], [], []
-    for root, folder in roots(run_dir):
+    folders = roots(run_dir)
+    listed_apart = {os.path.realpath(folder) for root, folder in folders if root != RUN_ROOT}
+    for root, folder in folders:
         if not os.path.isdir(folder):
             missing.append({"root": root, "dir": folder})
             continue
@@ -75,7 +77,9 @@ def list_files(run_dir: str) -> dict:
                 if os.path.islink(os.path.join(here, name)):
                     skipped.append({"root": root, "path": _rel(rel_here, name) + "/",
                                     "why": "a symbolic link to a folder (not followed)"})
-            dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(here, d)))
+            # An outputs_dir inside the run directory is listed once, as its own root.
+            dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(here, d))
+                                 and (root != RUN_ROOT or os.path.realpath(os.path.join(here, d)) not in listed_apart))
             for name in sorted(filenames):
                 path = os.path.join(here, name)
                 rel = _rel(rel_here, name)

@@ -106,7 +106,7 @@ def test_a_dropped_link_resumes_a_200_mib_file_and_its_sha256_matches(ssh_env, t
             return progress
 
         # No retries: the link drops at a third, the error says so and what arrived stays in big.bin.part.
-        with pytest.raises(ConnectionLost):
+        with pytest.raises(ConnectionLost, match=r"^the link to box dropped while outputs/big.bin was downloading \("):
             pull(target, str(run_dir), [big], out, progress=drop_at(1 / 3), retries=0)
         kept = part.stat().st_size
         assert BIG // 4 < kept < BIG and not (out / "outputs" / "big.bin").exists()

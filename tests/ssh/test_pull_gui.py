@@ -41,7 +41,8 @@ def test_a_dropped_link_is_said_and_retry_resumes(ssh_env, qtbot, tmp_path):
         assert dialog.cancel_button.isEnabled() and "MiB of 200.0 MiB" in dialog.status.text()
         assert ssh_env.server.drop_connections() >= 1
         qtbot.waitUntil(lambda: dialog.error.isVisible(), timeout=60000)
-        assert "dropped" in dialog.error.text() or "ended early" in dialog.error.text()
+        assert dialog.error.text().startswith("the link to box dropped while outputs/big.bin was downloading (")
+        assert "kept in big.bin.part" in dialog.error.text() and "Retry, or pull again" in dialog.error.text()
         assert dialog.download_button.text() == "Retry" and dialog.download_button.isEnabled()
         part = tmp_path / "saved" / "20991231-000000-gui001" / "outputs" / "big.bin.part"
         kept = part.stat().st_size

@@ -94,8 +94,11 @@ def size_text(n: float) -> str:
 
 
 def shown_name(name: str) -> str:
-    """A host's file name as text that can always be printed (bytes that are not UTF-8 as ``\\xNN``)."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A host's file name as text that can always be shown on one line: bytes that are not UTF-8 and control
+    characters as ``\\xNN`` (a newline as ``\\n``)."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(ch if ch.isprintable() or ch == " " else "\\n" if ch == "\n" else
+                   f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}" for ch in text)
 
 
 def _from_listing(reply: dict) -> Listing:
@@ -306,15 +309,23 @@ def pull(target: Target, run_dir: str, files: list[OutputFile], out_dir: str | P
             try:
                 _pull_one(target, run_dir, file, dest, listing, count, cancelled, via, result)
                 break
-            except ConnectionLost:
+            except ConnectionLost as exc:
                 if attempt == retries:
-                    raise
+                    raise dropped(target.name, file, _part(dest), exc) from None
                 result.reconnects += 1
         before += file.size
     if progress:
         progress(before, total, "", len(files), len(files))
     result.seconds = time.monotonic() - started
     return result
+
+
+def dropped(host: str, file: OutputFile, part: Path, exc: ConnectionLost) -> ConnectionLost:
+    """A lost link said for a pull: what arrived, and that Retry continues from it."""
+    kept = part.stat().st_size if part.exists() else 0
+    return ConnectionLost(f"the link to {host} dropped while {shown_name(file.name)} was downloading "
+                          f"({size_text(kept)} of {size_text(file.size)} kept in {shown_name(part.name)})",
+                          "Retry, or pull again: it continues from there once the host answers")
 
 
 def _part(dest: Path) -> Path:

@@ -74,6 +74,7 @@ class DownloadOutputsDialog(QDialog):
         self._cancel = threading.Event()
         self._busy = False
         self._meter = RateMeter()
+        self._arrived: tuple[int, int] | None = None  # the last progress shown: (bytes done, bytes total)
         self._shown = 0.0
         self.relay = GuiRelay(self)
         self.relay.received.connect(self._progress)
@@ -225,7 +226,7 @@ class DownloadOutputsDialog(QDialog):
         files = self.files()
         self.settings.setValue(FOLDER_KEY, self.folder.text().strip())
         self._cancel.clear()
-        self._meter = RateMeter()
+        self._meter, self._arrived = RateMeter(), None
         self.error.hide()
         self.status.setText("Starting…")
         self._busy = True
@@ -243,6 +244,7 @@ class DownloadOutputsDialog(QDialog):
 
     def _progress(self, value: tuple) -> None:
         done, total, name, index, count = value
+        self._arrived = (done, total)
         self._meter.add(done)
         self.bar.setValue(int(1000 * done / total) if total else 1000)
         file = f" · file {index + 1} of {count}: {shown_name(name)}" if name else ""
@@ -272,10 +274,12 @@ class DownloadOutputsDialog(QDialog):
 
     def _failed(self, exc: BaseException) -> None:
         self._busy = False
+        arrived = f" at {size_text(self._arrived[0])} of {size_text(self._arrived[1])}" if self._arrived else ""
         if isinstance(exc, PullCancelled):
-            self.status.setText("Cancelled. What arrived is kept: Download continues from there.")
+            self.status.setText(f"Cancelled{arrived}. What arrived is kept: Download continues from there.")
             self.error.hide()
         else:
+            self.status.setText(f"Stopped{arrived}." if arrived else "")
             message, hint = describe(exc)
             self.error.setText(message + (f"\n{hint}" if hint else ""))
             self.error.show()
