@@ -63,3 +63,16 @@ def test_what_is_not_a_file_of_the_run_is_refused(tmp_path, entry, failure):
     out = _runner(str(tmp_path), "--sha256", entry if isinstance(entry, str) else json.dumps(entry))
     reply = json.loads(out.stdout)
     assert out.returncode == 2 and reply["ok"] is False and reply["failure"] == failure, reply
+
+
+def test_outputs_dir_is_a_launch_setting(tmp_path):
+    from ddpgui.cli import parse_command
+    from ddpgui.cli.options import launch_settings
+    from remote_runner.config import ConfigError, config_from_dict
+
+    args = parse_command(["launch", "local", "--script", str(tmp_path), "--outputs-dir", "checkpoints"])
+    assert launch_settings(args)["outputs_dir"] == "checkpoints"
+    assert config_from_dict({"outputs_dir": "checkpoints"}).outputs_dir == "checkpoints"
+    with pytest.raises(ConfigError) as refused:
+        config_from_dict({"outputs_dir": " "})
+    assert refused.value.field == "outputs_dir"
