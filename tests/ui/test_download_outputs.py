@@ -61,3 +61,16 @@ def test_a_run_without_a_folder_is_said_in_words(window, qtbot):
     qtbot.addWidget(dialog)
     assert dialog.error.text().startswith("run 20991231-000000-dl0004 has no folder on a host")
     assert not dialog.error.isHidden() and dialog.download_button.text() == "Retry"
+
+
+def test_the_launch_form_names_an_outputs_folder(window):
+    panel = window.launch_panel
+    panel.advanced.setChecked(True)
+    panel.outputs_dir.setText(" checkpoints ")
+    assert panel.settings()["outputs_dir"] == "checkpoints"
+    panel.outputs_dir.setText("")
+    assert panel.settings()["outputs_dir"] is None
+    panel.apply_settings({"workload": "mlp", "outputs_dir": "/data/out", "lr": 0.01})
+    assert panel.outputs_dir.text() == "/data/out"
+    panel.apply_settings({"workload": "mlp", "outputs_dir": None})
+    assert panel.outputs_dir.text() == ""

@@ -128,13 +128,15 @@ class LaunchPanel(FieldMarks, QWidget):
         self.backend.addItems(BACKENDS)
         self.warmup = QSpinBox(minimum=0, maximum=10 ** 6, value=5)
         self.env = QPlainTextEdit(placeholderText="NAME=value, one per line", maximumHeight=60)
+        self.outputs_dir = QLineEdit(objectName="outputs_dir", placeholderText="where it writes files, for Download outputs…")
         self.advanced_body = QWidget(self.advanced, objectName="advanced_body", visible=False)
         QVBoxLayout(self.advanced, contentsMargins=QMargins()).addWidget(self.advanced_body)  # shown/hidden whole
         adv = QFormLayout(self.advanced_body)
         for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
-                              ("Environment", self.env), ("Loss series", self.reading.loss_series),
+                              ("Environment", self.env), ("Outputs folder", self.outputs_dir),
+                              ("Loss series", self.reading.loss_series),
                               ("", self.reading.button)):
             adv.addRow(label, widget)
         self.advanced_form = adv
@@ -327,7 +329,7 @@ class LaunchPanel(FieldMarks, QWidget):
             settings.update(lr=self.lr.value(), optimizer=self.optimizer.currentText(),
                             grad_accum=self.grad_accum.value(), num_workers=self.num_workers.value(),
                             seed=self.seed.value(), backend=self.backend.currentText(),
-                            warmup_steps=self.warmup.value(), env=env)
+                            warmup_steps=self.warmup.value(), env=env, outputs_dir=self.outputs_dir.text().strip() or None)
             if "script" in settings and self.reading.value():
                 settings["script"]["loss_series"] = self.reading.value()
         return settings
@@ -372,6 +374,7 @@ class LaunchPanel(FieldMarks, QWidget):
         for key, setter in advanced.items():
             if key in settings:
                 setter(settings[key])
+        self.outputs_dir.setText(settings.get("outputs_dir") or "")
         if settings.get("env"):
             self.env.setPlainText("\n".join(f"{k}={v}" for k, v in settings["env"].items()))
         self.advanced.setChecked(any(k in settings for k in advanced) or bool(script and script.get("loss_series")))
