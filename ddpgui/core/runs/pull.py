@@ -258,8 +258,11 @@ def _sftp(target: Target, run_dir: str, listing_roots: dict[str, str], file: Out
 
     target.connection.sftp_call(f"downloading {shown_name(file.name)}", read)
     hasher.join()
-    if "error" in digest:
-        raise digest["error"]
+    error = digest.get("error")
+    if isinstance(error, ConnectionLost):
+        raise error
+    if error is not None:  # the runner refused the file (a link swapped to lead out, say): what came is dropped
+        raise PullError(str(error.args[0]), getattr(error, "hint", ""))
     return str(digest["sha256"])
 
 
@@ -356,9 +359,8 @@ def _pull_one(target: Target, run_dir: str, file: OutputFile, dest: Path, listin
                 count(-offset, travelled=False)
                 offset = 0
                 continue
-            except PullError:  # refused before a byte came: no empty .part left behind
-                if not offset:
-                    part.unlink()
+            except PullError:  # the host refused the file: nothing of it is kept
+                part.unlink(missing_ok=True)
                 raise
         break
     result.resumed_bytes += offset

@@ -76,6 +76,8 @@ class DownloadOutputsDialog(QDialog):
         self._meter = RateMeter()
         self._arrived: tuple[int, int] | None = None  # the last progress shown: (bytes done, bytes total)
         self._shown = 0.0
+        cancel = self._cancel
+        self.destroyed.connect(lambda *_: cancel.set())  # closed with the window: the transfer stops too
         self.relay = GuiRelay(self)
         self.relay.received.connect(self._progress)
         self.setWindowTitle(f"Download outputs — {self.run.name or self.run.id}")
