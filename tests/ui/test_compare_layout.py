@@ -246,3 +246,11 @@ def test_the_export_dialog_passes_x_dpi_caption_and_steps_to_the_files(view, sto
     assert reopened.dpi.value() == 100 and not reopened.caption.isChecked()
     assert reopened.x_axis.currentData() == "time" and reopened.n_steps() is None
     reopened.reject()
+
+
+def test_table_numbers_keep_four_digits_without_exponents_in_the_thousands():
+    """A high bound of 11,230 samples/s beside a value of 8830 reads 11230, not 1.123e+04 (seen in a screenshot)."""
+    from ddpgui.ui.widgets.compare_rows import _number
+
+    assert [_number(v) for v in (8830.4, 11230.2, 0.31144, 2.5e9, 1.5e-5, None)] == \
+        ["8830", "11230", "0.3114", "2.5e+09", "1.5e-05", ""]

@@ -31,7 +31,10 @@ KEY = Qt.ItemDataRole.UserRole
 
 
 def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:.4g}"
+    """Four significant digits, whole numbers from 10,000 up (11230, not 1.123e+04, beside 8830)."""
+    if value is None:
+        return ""
+    return f"{value:.0f}" if 1e4 <= abs(value) < 1e9 else f"{value:.4g}"
 
 
 def _item(text: str, value: object = None) -> QStandardItem:
