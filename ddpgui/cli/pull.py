@@ -115,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="only list the files and their sizes")
     p.add_argument("--node", type=int, default=0, help="a multi-node run's node (default 0)")
     p.add_argument("--via", choices=("auto", "exec", "sftp"), default="auto",
-                   help="how the bytes travel from an SSH host: auto (a stream over an exec channel, the fastest "
-                        "here), or SFTP")
+                   help="how the bytes travel from an SSH host: auto or exec (the runner's stream over an exec "
+                        "channel: the fastest measured, and there without SFTP), or sftp; This computer copies")
     p.add_argument("--accept-new-host-key", action="store_true")
     p.set_defaults(func=cmd_pull)
