@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 #: The SweepRunner that calls in here, and its job of one sweep (ddpgui.core.sweeps.runner imports this module).
 SweepRunner = _Job = Any
 
-#: How often the host's queue is asked while none of the sweep's cells runs there.
+#: How often the host's queue is asked while none of the sweep's cells runs there (its next one starts soon).
 ASK_S = 1.0
-#: ... while one runs: its follow stream says when it ends (that wakes the worker); this is the backstop.
+#: ... while one runs (its follow stream says when it ends, which wakes the worker: this is the backstop), or while
+#: the host runs another sweep's cell (this one waits behind it: no process started on the host every second).
 ASK_RUNNING_S = 10.0
 
 
@@ -69,8 +70,10 @@ def step(runner: SweepRunner, job: _Job, host: str) -> bool:
     cells = [c for c in runner.store.sweep_cells(job.sweep.id) if c.host == host]
     if not any(c.state in ("pending", "running") for c in cells):
         return False
+    elsewhere = any(c["state"] == "launched" and not c.get("done") and c.get("sweep_id") != job.sweep.id
+                    for c in queued.values())
     with job.wake:
-        job.wake.wait(ASK_RUNNING_S if any(c.state == "running" for c in cells) else ASK_S)
+        job.wake.wait(ASK_RUNNING_S if elsewhere or any(c.state == "running" for c in cells) else ASK_S)
     return True
 
 
