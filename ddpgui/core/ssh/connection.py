@@ -423,7 +423,11 @@ class ChannelStream(Stream):
         while True:
             self._drain_stderr()
             if chan.recv_ready():
-                data = self._out.feed(chan.recv(1 << 20))
+                try:
+                    received = chan.recv(1 << 20)
+                except (paramiko.SSHException, EOFError, OSError):  # its window adjust met a dead transport
+                    raise self._conn._lost(f"while {self._doing}") from None
+                data = self._out.feed(received)
                 if self._out.found:
                     self._conn._note_noise(self._out, self._err)
                 if data:

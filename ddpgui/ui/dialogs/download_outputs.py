@@ -283,6 +283,7 @@ class DownloadOutputsDialog(QDialog):
         else:
             self.status.setText(f"Stopped{arrived}." if arrived else "")
             message, hint = describe(exc)
+            message = message or f"the download stopped: {type(exc).__name__}"  # never an empty red line
             self.error.setText(message + (f"\n{hint}" if hint else ""))
             self.error.show()
             self.download_button.setText("Retry")
