@@ -413,9 +413,16 @@ class ChannelStream(Stream):
 
     def _drain_stderr(self) -> None:
         while self._chan.recv_stderr_ready():
-            data = self._err.feed(self._chan.recv_stderr(1 << 16))
+            data = self._err.feed(self._recv(self._chan.recv_stderr, 1 << 16))
             if data:
                 self._on_stderr(data)
+
+    def _recv(self, recv, size: int) -> bytes:
+        """``recv(size)``; ConnectionLost when its window adjust meets a dead transport (paramiko's bare EOFError)."""
+        try:
+            return recv(size)
+        except (paramiko.SSHException, EOFError, OSError):
+            raise self._conn._lost(f"while {self._doing}") from None
 
     def read(self, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
@@ -423,11 +430,7 @@ class ChannelStream(Stream):
         while True:
             self._drain_stderr()
             if chan.recv_ready():
-                try:
-                    received = chan.recv(1 << 20)
-                except (paramiko.SSHException, EOFError, OSError):  # its window adjust met a dead transport
-                    raise self._conn._lost(f"while {self._doing}") from None
-                data = self._out.feed(received)
+                data = self._out.feed(self._recv(chan.recv, 1 << 20))
                 if self._out.found:
                     self._conn._note_noise(self._out, self._err)
                 if data:
@@ -452,4 +455,7 @@ class ChannelStream(Stream):
 
     def close(self) -> None:
         """Close the channel; the remote command gets EOF/SIGPIPE, a detached run goes on."""
-        self._chan.close()
+        try:
+            self._chan.close()
+        except (paramiko.SSHException, EOFError, OSError):
+            pass  # the link is gone, and the channel with it
