@@ -312,9 +312,9 @@ def pull(target: Target, run_dir: str, files: list[OutputFile], out_dir: str | P
             try:
                 _pull_one(target, run_dir, file, dest, listing, count, cancelled, via, result)
                 break
-            except ConnectionLost as exc:
+            except (ConnectionLost, EOFError) as exc:  # EOFError: paramiko's word for a socket gone mid-message
                 if attempt == retries:
-                    raise dropped(target.name, file, _part(dest), exc) from None
+                    raise dropped(target.name, file, _part(dest)) from exc
                 result.reconnects += 1
         before += file.size
     if progress:
@@ -323,7 +323,7 @@ def pull(target: Target, run_dir: str, files: list[OutputFile], out_dir: str | P
     return result
 
 
-def dropped(host: str, file: OutputFile, part: Path, exc: ConnectionLost) -> ConnectionLost:
+def dropped(host: str, file: OutputFile, part: Path) -> ConnectionLost:
     """A lost link said for a pull: what arrived, and that Retry continues from it."""
     kept = part.stat().st_size if part.exists() else 0
     return ConnectionLost(f"the link to {host} dropped while {shown_name(file.name)} was downloading "
