@@ -371,7 +371,10 @@ class SSHConnection:
     # ---- closing ---------------------------------------------------------------------------
     def _close_clients(self) -> None:
         if self._sftp is not None:
-            self._sftp.close()
+            try:
+                self._sftp.close()
+            except (paramiko.SSHException, EOFError, OSError):
+                pass  # its channel's close message cannot leave a dead transport: it is gone either way
             self._sftp = None
         for client in reversed(self._clients):
             client.close()
