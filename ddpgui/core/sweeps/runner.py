@@ -12,6 +12,7 @@ caught before its run existed is launched again.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -349,8 +350,11 @@ class SweepRunner:
                     gpus: tuple[int, ...] = ()) -> RunConfig:
         """The config of the cell's run: its settings, named after the sweep and tagged with its name."""
         tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
-        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags, "run_id": run_id or ""}
-        return self.manager.config_for(cell.host, with_gpus(settings, gpus) if gpus else settings)
+        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags}
+        cfg = self.manager.config_for(cell.host, with_gpus(settings, gpus) if gpus else settings)
+        # The id after the settings are read: settings holding a run_id are a stored run's (given_settings), whose
+        # script is given none of compile/precision/batch size.
+        return dataclasses.replace(cfg, run_id=run_id) if run_id else cfg
 
     def _skip_alike(self, job: _Job, refused: SweepCell, message: str) -> None:
         """The host refused a setting: its other repeats on that host would be refused too."""
