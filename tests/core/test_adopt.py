@@ -95,6 +95,6 @@ def test_cli_adopt_after_the_store_was_moved_aside(tmp_path):
         assert_stored_as_on_host(store, after)
     twice = _cli(["adopt", "local", "--json"], env)
     assert twice.returncode == 0, twice.stderr
-    assert json.loads(twice.stdout) == {"adopted": [], "known": [before.id], "skipped": []}
+    assert json.loads(twice.stdout) == {"adopted": [], "known": [before.id], "skipped": [], "sweeps": []}
     listed = _cli(["runs", "--json"], env)
     assert [r["id"] for r in json.loads(listed.stdout)] == [before.id]

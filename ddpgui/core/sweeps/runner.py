@@ -1,14 +1,13 @@
 """The sweep runner: runs a sweep's cells through the RunManager, one worker thread per host, resumable.
 
-A :class:`SweepRunner` runs the cells through the RunManager: one worker thread per host takes that host's
-cells in order, one at a time (so runs do not disturb each other's timing) or, for a ``parallel`` sweep, side
-by side: on a host with GPUs each cell on free GPUs of its own (ddpgui.core.gpus.placement; a cell waits,
-saying why in its reason, until enough are free), on a host without as many at once as its CPUs hold.  On a
-Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the sweep are queued at once.  A
-serial sweep's SSH hosts run their cells in their own queue (ddpgui.core.sweeps.hostqueue): the host launches
-them, the runner follows.  Everything the runner knows is in the store (``sweeps`` and ``sweep_cells``), so after
-a restart :meth:`SweepRunner.resume` carries on: a cell whose run is still going is reattached and waited for, one
-caught before its run existed is launched again.
+One worker thread per host takes that host's cells in order, one at a time (so runs do not disturb each other's
+timing) or, for a ``parallel`` sweep, side by side: on a host with GPUs each cell on free GPUs of its own
+(ddpgui.core.gpus.placement; a cell waits, saying why in its reason, until enough are free), on a host without as many
+at once as its CPUs hold. On a Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the sweep
+are queued at once. A serial sweep's SSH hosts run their cells in their own queue (ddpgui.core.sweeps.hostqueue): the
+host launches them, the runner follows. Everything the runner knows is in the store (``sweeps`` and ``sweep_cells``),
+so after a restart :meth:`SweepRunner.resume` carries on: a cell whose run is still going is reattached and waited
+for, one caught before its run existed is launched again.
 """
 from __future__ import annotations
 
@@ -346,15 +345,12 @@ class SweepRunner:
             self.manager.stop(cfg.run_id)
         return True
 
-    def cell_config(self, sweep: SweepRecord, cell: SweepCell, run_id: str | None = None,
-                    gpus: tuple[int, ...] = ()) -> RunConfig:
+    def cell_config(self, sweep: SweepRecord, cell: SweepCell, run_id: str | None = None, gpus=()) -> RunConfig:
         """The config of the cell's run: its settings, named after the sweep and tagged with its name."""
-        tags = list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))
-        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}", "tags": tags}
+        settings = {**cell.settings, "name": f"{sweep.name}: {cell.label}",
+                    "tags": list(dict.fromkeys([*cell.settings.get("tags", []), sweep.name]))}
         cfg = self.manager.config_for(cell.host, with_gpus(settings, gpus) if gpus else settings)
-        # The id after the settings are read: settings holding a run_id are a stored run's (given_settings), whose
-        # script is given none of compile/precision/batch size.
-        return dataclasses.replace(cfg, run_id=run_id) if run_id else cfg
+        return dataclasses.replace(cfg, run_id=run_id) if run_id else cfg  # not in settings: see given_settings
 
     def _skip_alike(self, job: _Job, refused: SweepCell, message: str) -> None:
         """The host refused a setting: its other repeats on that host would be refused too."""

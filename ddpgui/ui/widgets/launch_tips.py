@@ -30,6 +30,9 @@ TIPS = {
     "backend": "The torch.distributed backend: nccl for GPUs, gloo for CPUs, auto picks",
     "warmup": "Steps left out of the steady throughput (compilation, caches warming up)",
     "env": "Environment variables for the training processes, NAME=value, one per line",
+    "outputs_dir": ("A folder on the host the run writes files to (besides its run folder): listed and fetched by "
+                    "Download outputs… and ddpgui pull; a relative path is taken from where the run works (its script's "
+                    "folder, else its run folder)"),
     "launch_button": "Launch the run (Ctrl+Return)",
 }
 
