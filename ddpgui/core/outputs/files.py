@@ -17,6 +17,7 @@ from typing import IO
 from remote_runner.fsutil import NO_SPACE, free_bytes
 
 from ..errors import HintedError
+from ..runs.pull import size_text
 
 
 class OutputError(HintedError, OSError):
@@ -62,14 +63,7 @@ def output_error(path: Path, exc: OSError, folder: bool = False) -> OutputError:
                            "choose a folder you may write to (a name that is not a file's)")
     if exc.errno in NO_SPACE:
         free = free_bytes(str(path.parent))
-        left = f", which leaves {_size(free)} free in {path.parent}" if free is not None else ""
+        left = f", which leaves {size_text(free)} free in {path.parent}" if free is not None else ""
         return OutputError(f"{path} was not written: no space left on the disk; the partial file was removed{left}",
                            "free some space on that disk, or write the export to another folder")
     return OutputError(f"cannot write {path}: {reason}", "choose an output folder you may write to")
-
-
-def _size(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} bytes"

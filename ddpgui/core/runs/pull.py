@@ -126,7 +126,7 @@ def list_outputs(target: Target, run_dir: str) -> Listing:
     """The files of the run (its directory and its ``outputs_dir``), with sizes, from the runner on its host."""
     if isinstance(target, LocalTarget):
         return _from_listing(runner_outputs.list_files(run_dir))
-    return _from_listing(target._runner_json("outputs", run_dir, timeout=300))
+    return _from_listing(target.outputs(run_dir))
 
 
 def check_pattern(pattern: str) -> str:
@@ -186,15 +186,21 @@ def _copy_local(run_dir: str, file: OutputFile, offset: int, sink: _Sink) -> str
     return said[-1]["sha256"]
 
 
+def _read_more(stream, buf: bytearray, what: str, left: int | None = None) -> None:
+    """Append what the stream brings next to ``buf``; a silence of SILENCE_S or an early end is a lost link."""
+    try:
+        data = stream.read(SILENCE_S)
+    except TimeoutError:
+        raise ConnectionLost(f"no data for {SILENCE_S:.0f} s while {what}", "pull again: it resumes") from None
+    if not data:
+        early = f"{size_text(left)} early" if left is not None else "early"
+        raise ConnectionLost(f"the stream ended {early} while {what}", "pull again: it resumes")
+    buf += data
+
+
 def _read_line(stream, buf: bytearray, what: str) -> dict:
     while b"\n" not in buf:
-        try:
-            data = stream.read(SILENCE_S)
-        except TimeoutError:
-            raise ConnectionLost(f"no data for {SILENCE_S:.0f} s while {what}", "pull again: it resumes") from None
-        if not data:
-            raise ConnectionLost(f"the stream ended early while {what}", "pull again: it resumes")
-        buf += data
+        _read_more(stream, buf, what)
     line, _, rest = bytes(buf).partition(b"\n")
     buf[:] = rest
     return json.loads(line)
@@ -214,14 +220,7 @@ def _stream_exec(target: Target, run_dir: str, file: OutputFile, offset: int, si
         left = int(head["size"]) - offset
         while left > 0:
             if not buf:
-                try:
-                    buf += stream.read(SILENCE_S)
-                except TimeoutError:
-                    raise ConnectionLost(f"no data for {SILENCE_S:.0f} s while {what}", "pull again: it resumes") \
-                        from None
-                if not buf:
-                    raise ConnectionLost(f"the stream ended {size_text(left)} early while {what}",
-                                         "pull again: it resumes")
+                _read_more(stream, buf, what, left)
             chunk = bytes(buf[:left]) if len(buf) > left else bytes(buf)
             del buf[:len(chunk)]
             sink.write(chunk)
@@ -238,7 +237,7 @@ def _sftp(target: Target, run_dir: str, listing_roots: dict[str, str], file: Out
 
     def host_hash() -> None:
         try:
-            digest["sha256"] = target._runner_json("outputs", run_dir, "--sha256", file.entry, timeout=600)["sha256"]
+            digest["sha256"] = target.outputs(run_dir, "--sha256", file.entry)["sha256"]
         except Exception as exc:  # reported after the transfer
             digest["error"] = exc
 
@@ -386,7 +385,7 @@ def _transfer(target: Target, run_dir: str, file: OutputFile, offset: int, sink:
 def _host_sha(target: Target, run_dir: str, file: OutputFile) -> str:
     if isinstance(target, LocalTarget):
         return runner_outputs.sha256_of(runner_outputs.resolve(run_dir, file.entry))[0]
-    return target._runner_json("outputs", run_dir, "--sha256", file.entry, timeout=600)["sha256"]
+    return target.outputs(run_dir, "--sha256", file.entry)["sha256"]
 
 
 class RateMeter:

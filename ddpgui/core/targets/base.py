@@ -289,6 +289,10 @@ class Target(ABC):
         return self._runner_json("queue-stop", self.run_root(), *(["--sweep", sweep_id] if sweep_id else []),
                                  timeout=180)
 
+    def outputs(self, run_dir: str, *args: str) -> dict:
+        """The runner's ``outputs``: the files the run wrote, with sizes; ``--sha256 ENTRY``, one file's hash."""
+        return self._runner_json("outputs", run_dir, *args, timeout=600)
+
     def stop(self, run_dir: str) -> dict:
         return self._runner_json("stop", run_dir, timeout=120)
 
