@@ -103,6 +103,19 @@ def _launch(run_dir: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch_release(args: argparse.Namespace) -> None:
+    """A host with a release action is watched again once used (``launch``, ``queue-add``): after a reboot no
+    watcher runs (remote_runner/release.py)."""
+    from .release import ensure_watcher
+
+    run_root = args.run_root if args.command == "queue-add" else os.path.dirname(os.path.dirname(
+        os.path.abspath(args.run_dir)))
+    try:
+        ensure_watcher(run_root)
+    except OSError:
+        pass  # what was asked is done: the release is the watcher's business
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     """Every run directory under RUN_ROOT/runs: its path, config, reconciled status and spool sizes."""
     from .spools import SPOOLS
@@ -314,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .queue import register as register_queue
 
     register_queue(sub, _print, _refuse)  # queue-add, queue-status, queue-stop: the host-side queue
+    from .release import register as register_release
+
+    register_release(sub, _print, _refuse)  # release-set, release-status, release-cancel, collected: release when idle
     for name, func in (("_supervise", cmd_supervise), ("_train", cmd_train)):
         p = sub.add_parser(name)
         p.add_argument("run_dir")
@@ -331,7 +347,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         run_script_and_exit(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        if code == 0 and args.command in ("launch", "queue-add"):
+            _watch_release(args)
+        return code
     except OSError as exc:
         # The host refused a file operation (a full disk, a directory removed under us): our own message as JSON
         # instead of a traceback the client would have to guess from.

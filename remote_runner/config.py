@@ -163,6 +163,9 @@ class RunConfig:
     #: A folder the run writes its outputs to besides the run directory (absolute, ``~/``, or relative to where
     #: the run works: a script's folder, else the run directory), listed by ``outputs`` for ``ddpgui pull``.
     outputs_dir: Optional[str] = None
+    #: Download the run's outputs as it ends, whenever a client is connected (``launch --keep-outputs``); a release
+    #: that destroys the host's disk waits for them (remote_runner/release.py).
+    keep_outputs: bool = False
 
     def __post_init__(self) -> None:
         if self.schema != SCHEMA_VERSION:

@@ -26,10 +26,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Callable, Optional
 
-from .fsutil import atomic_write
+from .lockfiles import flock as _flock
+from .lockfiles import lock_holder, start_holder
+from .lockfiles import read_json as _read_json
+from .lockfiles import write_json as _write_json
 
 QUEUE = "queue"
 CELLS = "cells"
@@ -46,7 +48,7 @@ CELL_STATES = ("waiting", "launched", "cancelled", "failed")
 
 
 class Refused(Exception):
-    """A request the queue refuses: the runner's JSON refusal (``error``, ``hint``)."""
+    """A request the queue (or the release watcher) refuses: the runner's JSON refusal (``error``, ``hint``)."""
 
     def __init__(self, error: str, hint: str = ""):
         super().__init__(error)
@@ -59,29 +61,6 @@ def queue_dir(run_root: str) -> str:
 
 def run_dir_of(run_root: str, run_id: str) -> str:
     return os.path.join(os.path.abspath(os.path.expanduser(run_root)), "runs", run_id)
-
-
-@contextlib.contextmanager
-def _flock(path: str) -> Iterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _write_json(path: str, obj: dict) -> None:
-    atomic_write(path, json.dumps(obj, sort_keys=True).encode("utf-8"))
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            found = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _cells(qdir: str) -> list:
@@ -115,20 +94,13 @@ def _write_state(qdir: str, cells: list, pid: Optional[int]) -> None:
 
 
 def _queue_pid(qdir: str) -> Optional[int]:
-    """The queue process's pid when one holds queue.lock, else None (a stale pid file counts for nothing)."""
-    fd = os.open(os.path.join(qdir, QUEUE_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                with open(os.path.join(qdir, QUEUE_PID)) as fh:
-                    return int(fh.read().strip() or 0) or -1
-            except (OSError, ValueError):
-                return -1  # it holds the lock and has not written its pid yet
-        return None
-    finally:
-        os.close(fd)
+    """The queue process's pid when one holds queue.lock, else None."""
+    return lock_holder(qdir, QUEUE_LOCK, QUEUE_PID)
+
+
+def waiting_cells(qdir: str) -> int:
+    """How many cells wait in the queue folder ``qdir`` (0 when there is none)."""
+    return sum(1 for c in _cells(qdir) if c.get("state") == "waiting")
 
 
 def _check_cells(payload: object) -> list:
@@ -191,23 +163,7 @@ def add(run_root: str, payload: object, profile: Optional[str] = None) -> dict:
 
 def _start(qdir: str) -> int:
     """Start the queue process, handing it ``queue.lock`` taken here (so no second one can start meanwhile)."""
-    from .supervisor import runner_env, self_command
-
-    fd = os.open(os.path.join(qdir, QUEUE_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # one started after our look (not by a queue-add: they hold cells.lock)
-            return _queue_pid(qdir) or -1
-        with open(os.path.join(qdir, QUEUE_LOG), "ab") as log:
-            proc = subprocess.Popen(self_command() + ["_queue", os.path.dirname(qdir), "--lock-fd", str(fd)],
-                                    cwd=qdir, env=runner_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, pass_fds=(fd,))
-        with open(os.path.join(qdir, QUEUE_PID), "w") as fh:
-            fh.write("%d\n" % proc.pid)
-        return proc.pid
-    finally:
-        os.close(fd)  # the queue process holds the lock now (flock belongs to the open file, which it shares)
+    return start_holder(qdir, QUEUE_LOCK, QUEUE_PID, QUEUE_LOG, ["_queue", os.path.dirname(qdir)])
 
 
 def _ended(run_dir: str) -> bool:

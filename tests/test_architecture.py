@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ddpgui", "remote_runner")
 QT = ("PySide6", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6")
 MAX_LINES = 500
-# The command modules of the CLI: each registers its own commands and imports only the shared cli modules.
+# The command modules of the CLI: each registers its own commands and imports only the shared cli modules
+# (ddpgui.cli.release: the ``hosts`` command's release options and subcommands, registered by hosts.py).
 CLI_SHARED = {"ddpgui.cli", "ddpgui.cli.common", "ddpgui.cli.options", "ddpgui.cli.process", "ddpgui.cli.prompts",
-              "ddpgui.cli.render"}
+              "ddpgui.cli.render", "ddpgui.cli.release"}
 
 
 def _module_name(root: Path, path: Path) -> str:

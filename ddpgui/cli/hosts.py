@@ -22,6 +22,8 @@ from ..core.targets.zipapp import build_runner
 from .common import CLIError, open_cli_target, terminal_text
 from .options import env_pair
 from .prompts import read_secret
+from .release import announce, release_changes, release_options
+from .release import register as register_release
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", dest="hostname", default=None, help="host name or address (a cluster's login node)")
     _profile_options(p, editing=True)
     _slurm_options(p, editing=True)
+    release_options(p)
+    _connect_options(p)  # a release action is sent to the host at once
     p.add_argument("--rename", metavar="NEW_NAME", help="rename the profile (its keyring secrets move along)")
     p.add_argument("--set-secret", action="store_true", help="ask for the password/passphrase and store it")
     p.set_defaults(func=cmd_edit)
@@ -66,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     _connect_options(p)
     p.set_defaults(func=cmd_test)
+    register_release(sub, _connect_options)  # release-status, release-cancel, release
 
     p = subparsers.add_parser("probe", help="what a host has: GPUs, driver, CUDA, torch, NCCL, compile, problems")
     p.add_argument("name", metavar="HOST")
@@ -273,6 +278,8 @@ def show_fields(p: HostProfile) -> list[tuple[str, str]]:
     rows += [("node env", f"{k}={v}") for k, v in p.nccl_env.items()]
     if p.provider == "skypilot":
         rows.append(("SkyPilot cluster", p.cluster))
+    if p.release is not None:
+        rows.append(("release", p.release.describe()))
     if p.notes:
         rows.append(("notes", p.notes))
     if p.slurm is not None:
@@ -304,7 +311,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     """Change the given fields, then rename; store a secret when asked to or newly needed."""
     store = HostStore()
     old = store.get(args.name)
-    profile = dataclasses.replace(old, **_changes(args), **_slurm_fields(args, old))
+    profile = dataclasses.replace(old, **_changes(args), **_slurm_fields(args, old), **release_changes(args, old))
     if args.secret_stdin and (args.set_secret or (profile.secret_kind and profile.secret_kind != old.secret_kind)):
         _check_keyring(profile, from_stdin=True)  # refuse before changing: nothing half done
     store.update(profile)
@@ -312,6 +319,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
         store.rename(profile.name, args.rename)
         profile = store.get(args.rename)
     print(f"updated {profile.name}")
+    announce(profile, old, args, store)
     newly_needed = profile.secret_kind and profile.secret_kind != old.secret_kind
     if args.set_secret or newly_needed:
         if profile.secret_kind is None:

@@ -40,7 +40,8 @@ def launch_settings(args: argparse.Namespace) -> dict:
     """The run settings given by the options of :func:`add_launch_settings` (and ``--name``, ``--tag``)."""
     settings = {key: getattr(args, dest) for dest, key in SCALAR_SETTINGS.items()}
     settings.update(name=args.name, grad_checkpointing=args.grad_checkpointing or None, tags=args.tag or None,
-                    env=dict(args.env) if args.env else None, outputs_dir=args.outputs_dir)
+                    env=dict(args.env) if args.env else None, outputs_dir=args.outputs_dir,
+                    keep_outputs=args.keep_outputs or None)
     if args.inference_precisions:
         settings["inference_precisions"] = args.inference_precisions.split(",")
     if args.script:
@@ -93,6 +94,10 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outputs-dir", default=None, metavar="DIR",
                    help="a folder on the host the run writes its files to (relative: to your script's folder); "
                         "ddpgui pull lists it beside the run's own folder")
+    p.add_argument("--keep-outputs", action="store_true",
+                   help="download the files the run writes (its outputs folder, else its own folder) to "
+                        "DATA_DIR/outputs/RUN as it ends, whenever ddpgui is connected; a release that destroys the "
+                        "host's disk waits for them")
     p.add_argument("--gpus", type=gpu_choice, default=None, metavar="0,3|free:N",
                    help="the host's GPUs to run on (nvidia-smi's indices), or any N free ones; one process per GPU "
                         "(--nproc follows); see them with: ddpgui gpus HOST")

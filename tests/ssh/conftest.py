@@ -461,3 +461,15 @@ def cluster(slurm_login, slurm, tmp_path):
     for manager, store in made:
         manager.close()
         store.close()
+
+
+@pytest.fixture
+def own_server(ssh_env: SSHEnv):
+    """An sshd of this test's own (same account and keys), one a test may kill as a host that goes away does: a
+    release action shutting the instance down."""
+    name = f"own{secrets.token_hex(3)}"
+    server = _start_server(ssh_env.root, name, [_keygen(ssh_env.root / f"{name}_ed25519")])
+    try:
+        yield server
+    finally:
+        server.stop()

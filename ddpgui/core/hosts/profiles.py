@@ -19,6 +19,7 @@ from remote_runner.config import env_problem
 from ..names import HOSTNAME_REFUSED, USER_REFUSED, name_problem
 from . import secrets
 from .errors import HostError, shown
+from .release import ReleasePolicy
 from .slurm_options import SlurmOptions
 
 LOCAL = "local"
@@ -73,6 +74,8 @@ class HostProfile:
     slurm: SlurmOptions | None = None
     provider: str = ""
     cluster: str = ""
+    #: What releases the instance when nothing is left to do (core/hosts/release.py); None: it is never released.
+    release: ReleasePolicy | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -113,10 +116,15 @@ class HostProfile:
         _check(self.provider in PROVIDERS, "provider", f"must be empty or skypilot, got {shown(self.provider)}")
         _check(bool(self.cluster) == bool(self.provider) and "\n" not in self.cluster, "cluster",
                "names the provider's cluster (one line), and only when the profile has a provider")
+        _check(self.release is None or isinstance(self.release, ReleasePolicy), "release",
+               "must be a release action (command, on, kind, after_min) or empty")
         if self.is_local:
             _check(self.kind == "ssh" and self.slurm is None, "kind",
                    f"{LOCAL_DISPLAY_NAME} runs here, it cannot be a Slurm cluster")
+            _check(self.release is None, "release", f"{LOCAL_DISPLAY_NAME} is never released")
             return
+        _check(self.release is None or not self.is_slurm, "release",
+               "a Slurm cluster is not released: its jobs end by themselves and Slurm frees their nodes")
         if self.is_slurm:
             if not isinstance(self.slurm, SlurmOptions):
                 raise HostError("slurm.partition", "a Slurm cluster needs its Slurm options, at least a partition",
@@ -159,6 +167,8 @@ class HostProfile:
         data = dataclasses.asdict(self)
         if not self.provider:  # written only when set: such a file stays as it was, readable by older versions
             del data["provider"], data["cluster"]
+        if self.release is None:
+            del data["release"]
         return data
 
     @classmethod
@@ -178,6 +188,8 @@ class HostProfile:
                 raise HostError(name, f"must be {kind} (got {shown(value)})")
         if data.get("slurm") is not None:
             data = dict(data, slurm=SlurmOptions.from_json(data["slurm"]))
+        if data.get("release") is not None:
+            data = dict(data, release=ReleasePolicy.from_json(data["release"]))
         return cls(**data)
 
 
@@ -204,6 +216,7 @@ _FIELD_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "kind": ("a string", _is_str),
     "slurm": ("an object of Slurm options or null", lambda v: v is None or isinstance(v, dict)),
     "provider": ("a string", _is_str), "cluster": ("a string", _is_str),
+    "release": ("an object (command, on, kind, after_min) or null", lambda v: v is None or isinstance(v, dict)),
 }
 
 

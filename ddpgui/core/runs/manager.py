@@ -23,12 +23,13 @@ from remote_runner.spools import EVENTS, METRICS
 from remote_runner.status import FINAL_STATES
 
 from ..gpus.launching import pool_snapshot_of, resolve_gpus, settings_choice
-from ..hosts import HostStore
+from ..hosts import LOCAL, HostStore
 from ..store import RunRecord, RunStore
 from ..targets.base import Progress, TargetError
 from ..targets.pool import OpenTarget, TargetPool
 from ..targets.zipapp import RunnerPackage
 from . import launches, multinode
+from .collect import Collector
 from .config import make_config, relaunch_settings
 from .follower import FollowSink, HostFollower, Listener, RunUpdate  # noqa: F401 (RunUpdate, Listener re-exported)
 from .live import records_summary
@@ -52,6 +53,7 @@ class RunManager:
         self._lock = threading.RLock()
         self._ended = threading.Condition(self._lock)
         self._sink = FollowSink(self._store_chunks, self._heartbeat, self._run_ended, self._emit)
+        self.collector = Collector(store, self.targets, lambda host: host == LOCAL)
         self.slurm = SlurmRuns(store, self.targets, lambda run_id, record: self._emit(RunUpdate(run_id, run=record)),
                                self._announce_end, self.follow, self._drop_follow)
 
@@ -244,12 +246,14 @@ class RunManager:
                                           f"{record.hosts[node] if node < len(record.hosts) else record.host}")
         if len(record.run_dirs) > 1 or self.is_slurm(record.host):
             self._node_ended(run_id, node, status)
-            return
-        changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
-                   "message": status.get("message") or "", "hint": status.get("hint") or "",
-                   "exit_code": status.get("exit_code"), "failure": status.get("failure"),
-                   "failed_rank": status.get("failed_rank")}
-        self._announce_end(run_id, node, self.store.update_run(run_id, **changes))
+        else:
+            changes = {"state": status.get("state", "failed"), "ended_at": status.get("ended_at") or time.time(),
+                       "message": status.get("message") or "", "hint": status.get("hint") or "",
+                       "exit_code": status.get("exit_code"), "failure": status.get("failure"),
+                       "failed_rank": status.get("failed_rank")}
+            self._announce_end(run_id, node, self.store.update_run(run_id, **changes))
+        if status.get("failure") != "run_dir_missing":
+            self.collector.run_ended(self.store.get_run(run_id), node)  # the host may wait for it (a release)
 
     def _node_ended(self, run_id: str, node: int, status: dict) -> None:
         """A node of a multi-node run ended: a failure stops the other nodes (belt and braces: torchrun ends
@@ -386,6 +390,7 @@ class RunManager:
             follower.stop()
         for follower in followers:
             follower.join(timeout=5)
+        self.collector.wait(timeout=30.0)  # a host waiting to be released hears what was collected
         self.slurm.close()
         self.targets.close()
 

@@ -289,6 +289,25 @@ class Target(ABC):
         return self._runner_json("queue-stop", self.run_root(), *(["--sweep", sweep_id] if sweep_id else []),
                                  timeout=180)
 
+    def release_set(self, policy: dict | None) -> dict:
+        """Keep the release policy on the host (None clears it) and start its watcher; the host's release-status
+        (docs/PROTOCOL.md, "Release")."""
+        return self._runner_json("release-set", self.run_root(), stdin=json.dumps({"policy": policy}).encode())
+
+    def release_status(self) -> dict:
+        """Where the host's release stands: phase, what keeps the host, when it releases, the last outcome."""
+        return self._runner_json("release-status", self.run_root())
+
+    def release_cancel(self) -> dict:
+        """Hold the host's release until it is used again."""
+        return self._runner_json("release-cancel", self.run_root())
+
+    def collected(self, run_dir: str, offsets: dict[str, int], outputs: bool = False) -> dict:
+        """Tell the host this client stored the run's records up to ``offsets`` (and downloaded the outputs it was
+        asked to keep): a release that destroys the disk waits for it."""
+        return self._runner_json("collected", run_dir,
+                                 stdin=json.dumps({"offsets": offsets, "outputs": outputs}).encode())
+
     def outputs(self, run_dir: str, *args: str) -> dict:
         """The runner's ``outputs``: the files the run wrote, with sizes; ``--sha256 ENTRY``, one file's hash."""
         return self._runner_json("outputs", run_dir, *args, timeout=600)

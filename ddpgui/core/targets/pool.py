@@ -6,14 +6,16 @@ by both is connected, deployed to and probed only once.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 from ..hosts import LOCAL
-from .base import Progress, Target
+from .base import Progress, Target, TargetError
 from .zipapp import RunnerPackage, build_runner
 
 OpenTarget = Callable[[str], Target]
+log = logging.getLogger(__name__)
 
 
 def environment_fingerprint(probe: dict) -> dict:
@@ -35,6 +37,7 @@ class TargetPool:
         self._targets: dict[str, Target] = {}
         self._deployed: set[str] = set()
         self._probes: dict[str, dict] = {}
+        self._release: dict[str, dict] = {}
         self._lock = threading.RLock()
 
     @property
@@ -53,7 +56,32 @@ class TargetPool:
             if host not in self._deployed:
                 target.deploy(self.package, progress)
                 self._deployed.add(host)
+                self._push_release(host, target)
             return target
+
+    def _push_release(self, host: str, target: Target) -> None:
+        """At each new connection, the profile's release action goes to the host (and its watcher is started again
+        after a reboot); what the host says of its release is kept for :meth:`release_state`, a failed release
+        logged in words (core/hosts/release.py)."""
+        profile = getattr(target, "profile", None)
+        policy = getattr(profile, "release", None)
+        if policy is None:
+            return
+        try:
+            state = target.release_set(policy.for_host(profile.name))
+        except TargetError as exc:
+            log.warning("%s: the release action was not set on the host: %s", host, exc)
+            return
+        self._release[host] = state
+        last = state.get("last") or {}
+        if last and not last.get("ok"):
+            from ..hosts.release import status_text
+
+            log.warning("%s: %s", host, " ".join(status_text(state, profile.price_per_hour)[1:]))
+
+    def release_state(self, host: str) -> dict | None:
+        """What the host said of its release at this connection (None when it has no release action)."""
+        return self._release.get(host)
 
     def connected(self, host: str) -> bool:
         """Whether ``host`` is connected in this pool (opened and the runner deployed, so using it again asks

@@ -1,0 +1,101 @@
+"""After a run's end is stored: tell its host what this client collected, and download the outputs to keep.
+
+A host whose release action destroys its disk (core/hosts/release.py) waits until a client has every record
+of every run, and the outputs the launch asked to keep (``keep_outputs``).  Once the follower has stored a
+run's end, :class:`Collector` sends the host the offsets the store holds (``collected RUN_DIR``); for a run that
+keeps its outputs it first downloads them (core/runs/pull.py: resumable, sha256-checked) into
+``<data dir>/outputs/<run id>/`` and then says so too.  It works on a thread of its own: the host's follower goes
+on meanwhile; a failure is logged and said again at the next end or adopt (nothing is lost: the host waits).
+This computer's runs need none of it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..paths import data_dir
+from ..store import RunRecord, RunStore
+from ..targets.base import TargetError
+from ..targets.pool import TargetPool
+
+log = logging.getLogger(__name__)
+
+
+def kept_outputs_dir(run_id: str) -> Path:
+    """Where the outputs a run keeps are downloaded on this computer."""
+    return data_dir() / "outputs" / run_id
+
+
+class Collector:
+    def __init__(self, store: RunStore, targets: TargetPool, is_local: Callable[[str], bool],
+                 said: Callable[[str, str], None] | None = None):
+        self.store, self.targets, self.is_local = store, targets, is_local
+        self.said = said or (lambda run_id, text: None)
+        self._busy: set[tuple[str, int]] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def run_ended(self, record: RunRecord, node: int) -> None:
+        """Start collecting (run, node) unless it is This computer's or under way already."""
+        host = record.hosts[node] if node < len(record.hosts) else record.host
+        run_dir = record.run_dirs.get(node)
+        if not run_dir or self.is_local(host) or record.config.get("scheduler") == "slurm":
+            return
+        with self._lock:
+            if (record.id, node) in self._busy:
+                return
+            self._busy.add((record.id, node))
+            thread = threading.Thread(target=self._collect, args=(record, node, host, run_dir), daemon=True,
+                                      name=f"collect-{record.id}")
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def wait(self, timeout: float) -> None:
+        """Let the collections under way finish (at most ``timeout`` seconds in all): the CLI's last act."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _collect(self, record: RunRecord, node: int, host: str, run_dir: str) -> None:
+        try:
+            target = self.targets.target(host)
+            outputs = False
+            if record.config.get("keep_outputs"):
+                outputs = self._keep_outputs(target, record, run_dir)
+            target.collected(run_dir, self.store.offsets(record.id, node), outputs=outputs)
+        except (TargetError, OSError, KeyError) as exc:
+            log.warning("run %s: could not tell %s what was collected: %s", record.id, host, exc)
+        finally:
+            with self._lock:
+                self._busy.discard((record.id, node))
+
+    def _keep_outputs(self, target, record: RunRecord, run_dir: str) -> bool:
+        from .pull import list_outputs, pull, size_text
+
+        listing = list_outputs(target, run_dir)
+        files = [f for f in listing.files if f.root == "outputs" or not _is_runs_own(f.path)]
+        out = kept_outputs_dir(record.id)
+        try:
+            result = pull(target, run_dir, files, out, listing=listing)
+        except (TargetError, OSError) as exc:
+            self.said(record.id, f"the outputs to keep were not downloaded: {exc}; the host keeps them until a "
+                                 f"client downloads them (ddpgui pull {record.id} --out DIR)")
+            return False
+        self.said(record.id, f"outputs kept: {len(files)} file(s), {size_text(sum(f.size for f in files))}, "
+                             f"in {out}")
+        log.info("run %s: %s", record.id, result)
+        return True
+
+
+#: Files of the run directory that are ddpgui's own (its records travel by the follow stream, not as outputs).
+_OWN = {"config.json", "status.json", "metrics.jsonl", "telemetry.jsonl", "events.jsonl", "stdout.log",
+        "stderr.log", "collected.json", ".reserve"}
+
+
+def _is_runs_own(path: str) -> bool:
+    return path in _OWN or path.startswith(".")

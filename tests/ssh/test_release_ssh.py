@@ -1,0 +1,108 @@
+"""A rented instance released by itself (remote_runner/release.py, ddpgui/cli/release.py), through the real CLI
+over an sshd of the test's own, which the release action kills as a shutdown would: the action fires once the
+last run has ended and the idle time has passed, with no client connected, and never while the run is active; an
+action that destroys the disk waits until a client has collected every record (a follow does it), then fires; a
+release that fails is reported in words by ``hosts release-status``.  The watcher polls every 5 s, as it does
+for users: the measured delay is the product's."""
+import getpass
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.cli_process import cli_env, run_cli
+from helpers.host_queue import release_watchers
+from helpers.spools import wait_for
+
+FINAL = ("finished", "failed", "stopped")
+
+
+@pytest.fixture
+def instance(ssh_env, own_server, tmp_path):
+    """A profile ``inst`` for the test's own sshd, with a run root of its own; yields (CLI env, run root, server)."""
+    root = tmp_path / "inst root"
+    env = cli_env(tmp_path, HOME=str(tmp_path))
+    code, out, err = run_cli(["hosts", "add", "inst", "--host", "127.0.0.1", "--port", str(own_server.port),
+                              "--user", getpass.getuser(), "--auth", "key", "--key-file", str(ssh_env.key_plain),
+                              "--python", sys.executable, "--run-root", str(root)], env)
+    assert code == 0, err
+    yield env, root, own_server
+    for pid in release_watchers(root):
+        os.kill(pid, signal.SIGKILL)
+
+
+def host_status(root: Path) -> dict:
+    runs = list((root / "runs").glob("*/status.json"))
+    return json.loads(runs[0].read_text()) if runs else {}
+
+
+def release_state(root: Path) -> dict:
+    try:
+        return json.loads((root / "release" / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.mark.slow
+def test_the_instance_releases_itself_after_the_last_run_with_no_client(instance, tmp_path):
+    env, root, server = instance
+    marker = tmp_path / "shut down"
+    command = f"date +%s.%N > '{marker}.new'; mv '{marker}.new' '{marker}'; kill {server.proc.pid}"
+    code, out, err = run_cli(["hosts", "edit", "inst", "--release-command", command, "--release-after", "0.25",
+                              "--accept-new-host-key"], env)
+    assert code == 0, err
+    assert "release: after 15 s idle" in out and "keeps the disk (a stop)" in out and "releases in" in out, out
+    code, out, err = run_cli(["launch", "inst", "--workload", "linear", "--nproc", "1", "--minutes", "0.4",
+                              "--batch-size", "8"], env)  # no --follow: the client is gone once it started
+    assert code == 0, err
+    assert wait_for(lambda: host_status(root).get("state") in FINAL, timeout=120)
+    assert not marker.exists()  # the run lasted past the idle time: no release while it ran
+    ended = host_status(root)["ended_at"]
+    assert wait_for(marker.exists, timeout=90)
+    fired = float(marker.read_text())
+    assert ended + 15 <= fired <= ended + 15 + 30, fired - ended  # the idle time chosen + at most 30 s
+    assert wait_for(lambda: server.proc.poll() is not None, timeout=10)  # the host is gone, as after a shutdown
+    assert wait_for(lambda: release_state(root).get("released_at"), timeout=10)
+    assert release_state(root)["last"]["ok"]
+
+
+@pytest.mark.slow
+def test_a_terminate_waits_for_the_records_until_a_client_collects_them(instance, tmp_path):
+    env, root, server = instance
+    marker = tmp_path / "terminated"
+    code, out, err = run_cli(["launch", "inst", "--workload", "linear", "--nproc", "1", "--steps", "3",
+                              "--batch-size", "8", "--accept-new-host-key"], env)
+    assert code == 0, err
+    code, out, err = run_cli(["hosts", "edit", "inst", "--release-command", f"touch '{marker}'",
+                              "--release-kind", "terminate", "--release-after", "0.02"], env)
+    assert code == 0, err
+    assert "destroys the instance's disk" in err
+    assert wait_for(lambda: host_status(root).get("state") in FINAL, timeout=120)
+    time.sleep(7)  # the idle time and a poll of the watcher: it waits for the records, not the clock
+    assert not marker.exists()
+    code, out, err = run_cli(["hosts", "release-status", "inst"], env)
+    assert code == 0 and "idle, but the release waits: no client has collected every record" in out, out + err
+    run_id = host_status(root)["run_id"] if "run_id" in host_status(root) else next((root / "runs").iterdir()).name
+    code, out, err = run_cli(["follow", run_id], env)  # a client collects them: the host hears it
+    assert code == 0, err
+    collected = json.loads(next((root / "runs").iterdir()).joinpath("collected.json").read_text())
+    assert collected["offsets"]["metrics.jsonl"] == next((root / "runs").iterdir()).joinpath(
+        "metrics.jsonl").stat().st_size
+    assert wait_for(marker.exists, timeout=30)
+
+
+def test_a_release_that_fails_is_reported_at_the_next_connection(instance):
+    env, root, server = instance
+    code, out, err = run_cli(["hosts", "edit", "inst", "--release-command", "echo 'no such pod' >&2; exit 3",
+                              "--release-after", "0", "--accept-new-host-key"], env)
+    assert code == 0, err
+    assert wait_for(lambda: release_state(root).get("attempts") == 1, timeout=30)
+    code, out, err = run_cli(["hosts", "release-status", "inst"], env)
+    assert code == 1, out + err
+    assert "last release FAILED" in out and "exited with 3: no such pod" in out, out
+    code, out, err = run_cli(["hosts", "edit", "inst", "--no-release"], env)
+    assert code == 0 and "no release action is set on the host" in out, out + err
+    assert wait_for(lambda: not release_watchers(root), timeout=15)
