@@ -48,6 +48,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
                            "for one run across SSH hosts name them: ddpgui launch --nodes A,B (one node each)")
         if args.gpus is not None:
             settings = _on_gpus(manager, args, settings)
+        if args.queue:
+            return _queue(manager, args, settings)
         cfg = manager.config_for(args.host, settings) if args.host and not args.nodes else make_config(settings)
         if args.nodes:
             record = _launch_nodes(manager, args, cfg)
@@ -57,6 +59,38 @@ def cmd_launch(args: argparse.Namespace) -> int:
             raise CLIError("name the host to run on", "ddpgui launch HOST ..., or ddpgui launch --nodes A,B ... for "
                            "one run across several hosts")
         return _launched(manager, record, args.follow)
+
+
+def _queue(manager: RunManager, args: argparse.Namespace, settings: dict) -> int:
+    """``launch --queue``: the run goes to the host's own queue, after what runs there (a sweep of one run), and
+    starts there with this computer gone."""
+    from ..core.sweeps import SweepRunner
+    from ..core.sweeps.hostqueue import queue_one
+
+    if not args.host or args.nodes:
+        raise CLIError("--queue queues a run on one SSH host", "ddpgui launch HOST --queue ...")
+    make_config(settings)  # refused here, before anything is sent
+    with SweepRunner(manager) as runner:
+        try:
+            cell = queue_one(runner, args.host, settings)
+        except ValueError as exc:
+            raise CLIError(str(exc), "launch it without --queue") from None
+        if cell.state == "pending" and cell.run_id:
+            print(f"queued on {args.host} as run {cell.run_id} (sweep {cell.sweep_id}): it starts when what runs "
+                  f"there now has ended, with or without this computer; ddpgui follow {cell.run_id} once it runs, "
+                  f"ddpgui sweep-stop {cell.sweep_id} to take it back", file=sys.stderr)
+        elif cell.state not in ("pending", "running"):
+            raise CLIError(f"the run was not queued: {cell.reason}", cell.hint or "")
+        if not args.follow:
+            print(json.dumps({"run_id": cell.run_id, "sweep_id": cell.sweep_id, "queued_on": args.host}))
+            return EXIT_OK
+        while cell.state == "pending" and manager.store.get_sweep(cell.sweep_id).active:
+            time.sleep(0.5)  # behind what runs there now
+            cell = manager.store.sweep_cells(cell.sweep_id)[0]
+        if cell.state == "pending" or not runner.run_of(cell):
+            raise CLIError(f"the queued run did not start: {cell.reason or manager.store.get_sweep(cell.sweep_id).message}",
+                           cell.hint or "")
+        return follow_live(manager, cell.run_id)
 
 
 def _on_gpus(manager: RunManager, args: argparse.Namespace, settings: dict) -> dict:
@@ -241,6 +275,9 @@ def _add_launch_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", type=run_name, default=None)
     p.add_argument("--tag", type=run_tag, action="append", default=None)
     p.add_argument("--follow", action="store_true", help="stay and print live progress until the run ends")
+    p.add_argument("--queue", action="store_true",
+                   help="SSH hosts: run it after what runs there now, from the host's own queue (it starts with "
+                        "this computer closed)")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust an unknown SSH host key without asking")
     p.add_argument("script_args", nargs="*", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_launch)

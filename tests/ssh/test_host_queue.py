@@ -137,3 +137,24 @@ def test_a_second_sweep_shares_the_one_queue_and_sweep_stop_cancels_the_waiting_
         assert store.get_run(short.run_id).state == "finished"
     assert sorted(d.name for d in (root / "runs").iterdir()) == sorted(  # the cancelled cells never got a run
         c["run_id"] for c in queue_cells(root) if c["state"] == "launched")
+
+
+@pytest.mark.slow
+def test_a_single_launch_queued_runs_after_the_current_one(host):
+    env, root = host
+    code, out, err = run_cli(["launch", "q", "--workload", "linear", "--minutes", "0.1", "--batch-size", "8",
+                              "--queue", "--accept-new-host-key"], env)
+    assert code == 0, err
+    first = json.loads(out)["run_id"]
+    assert f"queued on q as run {first}" in err
+    code, out, err = run_cli(["launch", "q", "--workload", "linear", "--steps", "3", "--batch-size", "8", "--queue",
+                              "--follow"], env)  # waits behind the first, on the host's queue, then follows it
+    assert code == 0, out + err
+    runs = {d.name: json.loads((d / "status.json").read_text()) for d in (root / "runs").iterdir()}
+    second = next(name for name in runs if name != first)
+    assert runs[first]["state"] == runs[second]["state"] == "finished"
+    assert runs[second]["started_at"] >= runs[first]["ended_at"]
+    with store_of(env) as store:
+        assert store.get_run(second).state == "finished" and store.get_run(second).host == "q"
+    code, out, err = run_cli(["launch", "local", "--workload", "linear", "--steps", "3", "--queue"], env)
+    assert code == 2 and "a run is queued on an SSH host" in err, err

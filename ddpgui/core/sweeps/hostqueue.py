@@ -48,6 +48,28 @@ def on_host(manager: RunManager, sweep: SweepRecord, host: str) -> bool:
     return not profile.is_local and not profile.is_slurm
 
 
+def queue_one(runner: SweepRunner, host: str, settings: dict, name: str = "", timeout: float = 300.0) -> SweepCell:
+    """A single run queued on ``host`` after what runs there ("run after the current one"): a sweep of one cell,
+    handed to the host's queue; returns its cell once the host has it (its ``run_id`` is the run's)."""
+    from .plan import SweepSpec
+
+    if not on_host(runner.manager, SweepRecord(id="", name="", hosts=[host]), host):
+        raise ValueError(f"{host} has no queue of its own: a run is queued on an SSH host (a Slurm cluster queues "
+                         "its jobs itself; This computer runs them now)")
+    sweep = runner.start(SweepSpec(hosts=[host], base=settings, name=name or settings.get("name") or ""))
+    deadline = time.monotonic() + timeout
+    while True:
+        cell = runner.store.sweep_cells(sweep.id)[0]
+        if cell.state != "pending":
+            return cell  # started, or refused, already
+        if cell.run_id and any(c["run_id"] == cell.run_id
+                               for c in runner.manager.targets.target(host).queue_status().get("cells", [])):
+            return cell
+        if not runner.store.get_sweep(sweep.id).active or time.monotonic() > deadline:
+            return cell
+        time.sleep(0.2)
+
+
 def sweep_payload(sweep: SweepRecord, cells: list[SweepCell]) -> dict:
     """What the host keeps of the sweep, so that ``adopt`` elsewhere brings back the sweep and its cells."""
     keep = ("index", "label", "host", "settings", "repeat", "run_id")
