@@ -46,7 +46,9 @@ def apply_theme(app: QApplication) -> None:
     folder = resources_dir()
     qss = folder / "style.qss"
     if qss.is_file():
-        app.setStyleSheet(qss.read_text(encoding="utf-8"))
+        text = qss.read_text(encoding="utf-8")
+        if app.styleSheet() != text:  # set again, the same sheet would still repolish every widget
+            app.setStyleSheet(text)
     icon = folder / "icons" / "ddpgui.svg"
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
