@@ -20,6 +20,17 @@ from typing import Callable, Optional
 CHUNK = 1 << 20
 #: The roots a listing's entries belong to: the run directory, and the folder the launch settings named.
 RUN_ROOT, OUTPUTS_ROOT = "run", "outputs"
+#: What the runner itself writes in a run directory (its records travel by the follow stream): not the run's
+#: outputs when a launch asks to keep them (``keep_outputs``).
+RUNNER_FILES = frozenset(("config.json", "status.json", "metrics.jsonl", "telemetry.jsonl", "events.jsonl",
+                          "stdout.log", "stderr.log", "supervisor.log", "supervisor.pid", ".reserve",
+                          "collected.json", ".collected.lock"))
+RUNNER_FOLDERS = ("pids/",)
+
+
+def runners_own(path: str) -> bool:
+    """Whether ``path`` (a listing's path in the run directory) is a file the runner wrote itself."""
+    return path in RUNNER_FILES or path.startswith(RUNNER_FOLDERS)
 
 
 class Refused(Exception):

@@ -106,3 +106,24 @@ def test_a_release_that_fails_is_reported_at_the_next_connection(instance):
     code, out, err = run_cli(["hosts", "edit", "inst", "--no-release"], env)
     assert code == 0 and "no release action is set on the host" in out, out + err
     assert wait_for(lambda: not release_watchers(root), timeout=15)
+
+
+@pytest.mark.slow
+def test_kept_outputs_come_back_as_the_run_ends_and_the_host_hears_it(instance, tmp_path):
+    """``launch --keep-outputs``: the files of the run's outputs folder are downloaded to DATA_DIR/outputs/RUN as
+    the run ends (sha256-checked), and the host's collected.json says so: a terminate would wait for it."""
+    env, root, server = instance
+    outs = tmp_path / "outs"
+    (outs / "ckpt").mkdir(parents=True)
+    payload = os.urandom(300_000)
+    (outs / "ckpt" / "model.pt").write_bytes(payload)
+    code, out, err = run_cli(["launch", "inst", "--workload", "linear", "--nproc", "1", "--steps", "3",
+                              "--batch-size", "8", "--outputs-dir", str(outs), "--keep-outputs", "--follow",
+                              "--accept-new-host-key"], env)
+    assert code == 0, out + err
+    run_dir = next((root / "runs").iterdir())
+    kept = Path(env["DDPGUI_DATA_DIR"]) / "outputs" / run_dir.name / "outputs" / "ckpt" / "model.pt"
+    assert kept.read_bytes() == payload
+    collected = json.loads((run_dir / "collected.json").read_text())
+    assert collected["outputs"] is True
+    assert collected["offsets"]["events.jsonl"] == (run_dir / "events.jsonl").stat().st_size

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from remote_runner import outputs as runner_outputs
+
 from ..paths import data_dir
 from ..store import RunRecord, RunStore
 from ..targets.base import TargetError
@@ -30,10 +32,8 @@ def kept_outputs_dir(run_id: str) -> Path:
 
 
 class Collector:
-    def __init__(self, store: RunStore, targets: TargetPool, is_local: Callable[[str], bool],
-                 said: Callable[[str, str], None] | None = None):
+    def __init__(self, store: RunStore, targets: TargetPool, is_local: Callable[[str], bool]):
         self.store, self.targets, self.is_local = store, targets, is_local
-        self.said = said or (lambda run_id, text: None)
         self._busy: set[tuple[str, int]] = set()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -78,24 +78,17 @@ class Collector:
         from .pull import list_outputs, pull, size_text
 
         listing = list_outputs(target, run_dir)
-        files = [f for f in listing.files if f.root == "outputs" or not _is_runs_own(f.path)]
+        if record.config.get("outputs_dir"):  # the folder the launch named holds what the run writes
+            files = [f for f in listing.files if f.root == runner_outputs.OUTPUTS_ROOT]
+        else:
+            files = [f for f in listing.files if not runner_outputs.runners_own(f.path)]
         out = kept_outputs_dir(record.id)
         try:
             result = pull(target, run_dir, files, out, listing=listing)
         except (TargetError, OSError) as exc:
-            self.said(record.id, f"the outputs to keep were not downloaded: {exc}; the host keeps them until a "
-                                 f"client downloads them (ddpgui pull {record.id} --out DIR)")
+            log.warning("run %s: the outputs to keep were not downloaded: %s; the host keeps them until a client "
+                        "downloads them (ddpgui pull %s --out DIR)", record.id, exc, record.id)
             return False
-        self.said(record.id, f"outputs kept: {len(files)} file(s), {size_text(sum(f.size for f in files))}, "
-                             f"in {out}")
-        log.info("run %s: %s", record.id, result)
+        log.info("run %s: outputs kept: %d file(s), %s, in %s (%s)", record.id, len(files),
+                 size_text(sum(f.size for f in files)), out, result)
         return True
-
-
-#: Files of the run directory that are ddpgui's own (its records travel by the follow stream, not as outputs).
-_OWN = {"config.json", "status.json", "metrics.jsonl", "telemetry.jsonl", "events.jsonl", "stdout.log",
-        "stderr.log", "collected.json", ".reserve"}
-
-
-def _is_runs_own(path: str) -> bool:
-    return path in _OWN or path.startswith(".")
