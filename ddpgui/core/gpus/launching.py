@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from remote_runner.placement import on_gpus
+
 from .monitor import snapshot_once
 from .picker import GpuChoice, GpuChoiceError, cuda_environment, parse_gpu_choice, resolve_choice
 from .snapshot import HostSnapshot
@@ -82,11 +84,9 @@ def plan_gpus(snapshots: dict[str, HostSnapshot], choice: GpuChoice,
 def with_gpus(settings: dict, indices: tuple[int, ...] | list[int], choice: GpuChoice | None = None) -> dict:
     """``settings`` (the dict ``make_config`` takes) for a run on these GPUs; chosen as ``free:N`` (``choice``),
     that is kept as ``gpu_choice``, so a rerun or a duplicate picks free GPUs again."""
-    env = dict(settings.get("env") or {})
-    env.update(cuda_environment(tuple(indices)))
     chosen = {"gpu_choice": str(choice)} if choice is not None and choice.free_count is not None else {}
     kept = {key: value for key, value in settings.items() if key != "gpu_choice"}
-    return dict(kept, gpus=list(indices), nproc_per_node=len(indices), env=env, **chosen)
+    return dict(on_gpus(kept, indices), **chosen)  # the runner's, as the host's queue places a cell
 
 
 def settings_choice(settings: dict) -> GpuChoice | None:

@@ -4,14 +4,20 @@
 ones with the fewest processes, then the least memory used, ties broken by utilisation, then by index.
 Naming a busy GPU is allowed but warns with who holds it; naming a GPU the host does not have, or one that
 is lost or in error, is refused.  The run's ranks then see ``CUDA_VISIBLE_DEVICES`` in nvidia-smi's order
-(:func:`cuda_environment`).
+(:func:`cuda_environment`).  ``free:N``'s order and the environment are the runner's (remote_runner/placement.py),
+shared with the host's own queue.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from .snapshot import FREE_MEMORY_MIB, GpuState, HostSnapshot
+from remote_runner.placement import cuda_environment, free_order
+
+from .snapshot import FREE_MEMORY_MIB, HostSnapshot
+
+__all__ = ["GpuChoice", "GpuChoiceError", "check_indices", "cuda_environment", "free_order", "parse_gpu_choice",
+           "pick_free", "resolve_choice"]
 
 
 class GpuChoiceError(ValueError):
@@ -63,12 +69,6 @@ def parse_gpu_choice(text: str) -> GpuChoice:
     return GpuChoice(indices=indices)
 
 
-def free_order(gpu: GpuState) -> tuple:
-    """The sort key of ``free:N``: fewest processes, least memory used, lowest utilisation, lowest index."""
-    return (len(gpu.processes or ()), gpu.mem_used_mib if gpu.mem_used_mib is not None else float("inf"),
-            gpu.util_pct if gpu.util_pct is not None else float("inf"), gpu.index)
-
-
 def pick_free(snapshot: HostSnapshot, count: int, memory_threshold_mib: int = FREE_MEMORY_MIB) -> tuple[int, ...]:
     """The indices of ``count`` free GPUs in :func:`free_order`, or :class:`GpuChoiceError` naming what is busy."""
     free = sorted((gpu for gpu in snapshot.free_gpus(memory_threshold_mib) if gpu.index is not None), key=free_order)
@@ -113,12 +113,3 @@ def resolve_choice(snapshot: HostSnapshot, choice: GpuChoice,
     if choice.free_count is not None:
         return pick_free(snapshot, choice.free_count, memory_threshold_mib), []
     return choice.indices, check_indices(snapshot, choice.indices, memory_threshold_mib)
-
-
-def cuda_environment(indices: tuple[int, ...]) -> dict[str, str]:
-    """The environment that gives a run these GPUs, numbered as nvidia-smi numbers them.
-
-    CUDA's own order is fastest first; ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes it nvidia-smi's (bus) order,
-    so index 3 here is the GPU nvidia-smi calls 3.
-    """
-    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, indices))}

@@ -1,16 +1,13 @@
 """Where a parallel sweep's next cell runs on a host with GPUs: on GPUs of its own, free and not held by the
 sweep's running cells.
 
-A cell of a ``parallel`` sweep on a GPU host (not a Slurm cluster: its scheduler places jobs) asks for as
-many GPUs as it has processes per node (:func:`gpu_request`).  :func:`place` chooses them on a snapshot of
-the host: among the GPUs the cell may use -- every GPU of the host, or those its settings'
-CUDA_VISIBLE_DEVICES names (as ``ddpgui sweep --parallel --gpus 0,1,2,3`` writes them) -- it leaves out
-the ones the sweep's running cells hold (a fresh snapshot shows them busy with the sweep's own processes,
-an older one may still show them free), keeps the free ones and takes them in ``free:N``'s order
-(:func:`~ddpgui.core.gpus.picker.pick_free`).  Too few free: the cell waits and :class:`Placement` says why
-in words; more processes than the host (or the named GPUs) could ever hold: it says that instead.  A cell
-whose settings name its GPUs (``gpus``) takes exactly those, waiting only while a running cell of the
-sweep holds one (somebody else's process on one was warned about when the sweep started).
+The rules are the runner's (remote_runner/placement.py, one copy that the host's own queue places its cells with
+too): a cell asks for as many GPUs as it has processes per node (:func:`gpu_request`, which here also reads the
+launch form's ``"free:N"``), :func:`place` chooses them on a snapshot of the host -- free ones not held by the
+sweep's running cells, in ``free:N``'s order, among those its CUDA_VISIBLE_DEVICES names -- or says in words why
+the cell waits, or why it can never run there; a cell whose settings name its GPUs takes exactly those.  Here is
+what only the client does: :func:`check_request` before a sweep starts, and the snapshots of the cells it places
+itself (This computer; an SSH host's cells are placed by the host's queue, ddpgui.core.sweeps.hostqueue).
 
 :class:`HostLooks` keeps the latest snapshot of each host for the runner, from one long-lived host monitor per
 host (:class:`~ddpgui.core.gpus.monitor.HostMonitor`, never a sampler per look) that runs while the sweep's
@@ -26,79 +23,29 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from remote_runner import placement as rules
+from remote_runner.placement import GpuRequest, Placement
+
 from ..errors import describe
 from ..targets.base import Target
 from .monitor import HostMonitor
-from .picker import GpuChoiceError, check_indices, parse_gpu_choice, pick_free
-from .snapshot import FREE_MEMORY_MIB, GpuState, HostSnapshot
+from .picker import GpuChoiceError, check_indices, parse_gpu_choice
+from .snapshot import FREE_MEMORY_MIB, HostSnapshot
 
 #: Seconds a snapshot of a host serves a sweep's placements before another is taken.
 LOOK_TTL_S = 5.0
-#: Busy GPUs a waiting cell's reason names one by one (the rest are counted).
-NAMED_BUSY = 3
-
-
-@dataclass(frozen=True)
-class GpuRequest:
-    """What a cell asks of a GPU host: ``count`` GPUs among ``pool`` (None: any of the host's);
-    ``fixed``: the cell's settings name its GPUs, so ``pool`` is exactly what it takes."""
-
-    count: int
-    pool: tuple[int, ...] | None = None
-    fixed: bool = False
 
 
 def gpu_request(settings: dict) -> GpuRequest | None:
-    """The GPUs a parallel sweep's cell asks for, from its settings; None when it places itself
-    (CUDA_VISIBLE_DEVICES naming UUIDs or MIG devices, or none at all: a CPU run).  Its ``gpus`` may be
-    indices or, as the app's launch form writes them, ``"free:N"`` / ``"0,3"``."""
+    """The GPUs a parallel sweep's cell asks for, from its settings (:func:`remote_runner.placement.gpu_request`);
+    its ``gpus`` may also be, as the app's launch form writes them, ``"free:N"`` / ``"0,3"``."""
     gpus = settings.get("gpus")
     if isinstance(gpus, str):
         choice = parse_gpu_choice(gpus)
         if choice.free_count is not None:
             return GpuRequest(choice.free_count)
-        gpus = choice.indices
-    if gpus:
-        return GpuRequest(len(gpus), tuple(gpus), fixed=True)
-    count = int(settings.get("nproc_per_node") or 1)
-    visible = (settings.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return GpuRequest(count)
-    parts = [part.strip() for part in str(visible).split(",")]
-    if not all(part.isdigit() for part in parts):
-        return None
-    return GpuRequest(count, tuple(int(part) for part in parts))
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A decision for one cell: launch on ``gpus``, or wait (``waiting`` says why; empty while the host's first
-    snapshot is on its way), or never on this host (``refused``); ``room``: the GPUs it could run on at all."""
-
-    gpus: tuple[int, ...] = ()
-    waiting: str = ""
-    refused: str = ""
-    hint: str = ""
-    room: int = 0
-
-
-def _plural(count: int, word: str, words: str = "") -> str:
-    return f"{count} {word if count == 1 else words or word + 's'}"
-
-
-def _among(pool: tuple[int, ...] | None) -> str:
-    return "" if pool is None else f" (among GPUs {','.join(map(str, pool))})"
-
-
-def _usable(snapshot: HostSnapshot, pool: tuple[int, ...] | None) -> tuple[list[GpuState], list[GpuState]]:
-    """(the pool's GPUs that can run something, those lost or in error: a lost one may have lost its index)."""
-    mine = [g for g in snapshot.gpus if (g.index is None and g.state != "ok" and pool is None)
-            or (g.index is not None and (pool is None or g.index in pool))]
-    return [g for g in mine if g.state == "ok"], [g for g in mine if g.state != "ok"]
-
-
-def _gpu_name(gpu: GpuState) -> str:
-    return f"GPU {gpu.index}" if gpu.index is not None else f"a GPU without an index (bus {gpu.bus_id or '?'})"
+        settings = dict(settings, gpus=list(choice.indices))
+    return rules.gpu_request(settings)
 
 
 def check_request(host: str, snapshot: HostSnapshot, request: GpuRequest) -> None:
@@ -109,60 +56,17 @@ def check_request(host: str, snapshot: HostSnapshot, request: GpuRequest) -> Non
     if request.pool is not None:
         # named as the sweep names the host (its profile); its warnings (busy GPUs) are what cells wait for
         check_indices(dataclasses.replace(snapshot, host=host), request.pool)
-    refused = _refusal(host, snapshot, request)
+    refused = rules.refusal(host, snapshot.gpus, request)
     if refused is not None:
-        raise GpuChoiceError(f"a cell of {_plural(request.count, 'process', 'processes')} needs {_plural(request.count, 'GPU')},"
-                             f" but {refused[0]}", refused[1])
-
-
-def _refusal(host: str, snapshot: HostSnapshot, request: GpuRequest) -> tuple[str, str] | None:
-    """(how few GPUs the host has for the request, a hint) when it has too few; None when it has enough."""
-    usable, lost = _usable(snapshot, request.pool)
-    if len(usable) >= request.count:
-        return None
-    said = "".join(f"; {_gpu_name(g)}: {g.busy_reason()}" for g in lost)
-    hint = ("name more GPUs with --gpus, or give the cells fewer processes (--nproc)" if request.pool is not None
-            else "give the cells fewer processes (--nproc), or sweep on a host with more GPUs")
-    return f"{host} has {len(usable)}{_among(request.pool)} that can run it{said}", hint
+        raise GpuChoiceError(f"a cell of {rules.plural(request.count, 'process', 'processes')} needs "
+                             f"{rules.plural(request.count, 'GPU')}, but {refused[0]}", refused[1])
 
 
 def place(host: str, snapshot: HostSnapshot, request: GpuRequest, held: Iterable[int] = (),
           memory_threshold_mib: int = FREE_MEMORY_MIB) -> Placement:
     """The GPUs of ``host`` (its profile name) for a cell asking ``request``, on this snapshot of it, leaving out
-    ``held`` (the GPUs the sweep's running cells hold there)."""
-    held = frozenset(held)
-    usable, lost = _usable(snapshot, request.pool)
-    room = len(usable)
-    refused = _refusal(host, snapshot, request)
-    if refused is not None:
-        return Placement(refused=f"not launched: it needs {_plural(request.count, 'GPU')}, but {refused[0]}",
-                         hint=refused[1], room=room)
-    if request.fixed:
-        taken = [i for i in request.pool if i in held]
-        if not taken:
-            return Placement(gpus=request.pool, room=room)
-        return Placement(waiting=f"waiting for GPUs {','.join(map(str, request.pool))} on {host}: "
-                                 f"{'GPU' if len(taken) == 1 else 'GPUs'} {','.join(map(str, taken))} held by the "
-                                 "sweep's running cells", hint="it starts when they end", room=room)
-    candidates = [g for g in usable if g.index not in held]
-    free = [g for g in candidates if g.is_free(memory_threshold_mib)]
-    if len(free) >= request.count:
-        picked = pick_free(dataclasses.replace(snapshot, gpus=tuple(free)), request.count, memory_threshold_mib)
-        return Placement(gpus=picked, room=room)
-    busy = [g for g in candidates if not g.is_free(memory_threshold_mib)]
-    parts = [f"{len(free)} free" + (f" ({','.join(str(g.index) for g in free)})" if free else "")]
-    ours = len(usable) - len(candidates)
-    if ours:
-        parts.append(f"{ours} held by the sweep's running cells")
-    if busy:
-        named = "; ".join(f"GPU {g.index}: {g.busy_reason(memory_threshold_mib)}" for g in busy[:NAMED_BUSY])
-        more = f"; {len(busy) - NAMED_BUSY} more" if len(busy) > NAMED_BUSY else ""
-        parts.append(f"{len(busy)} busy ({named}{more})")
-    if lost:
-        parts.append(f"{len(lost)} lost or in error")
-    return Placement(waiting=f"waiting for {_plural(request.count, 'free GPU')} on {host}{_among(request.pool)}: "
-                             + ", ".join(parts),
-                     hint=f"it starts when GPUs are freed; see who holds them with: ddpgui gpus {host}", room=room)
+    ``held`` (the GPUs the sweep's running cells hold there): :func:`remote_runner.placement.place`."""
+    return rules.place(host, snapshot.gpus, request, held, memory_threshold_mib)
 
 
 # ---- the runner's snapshots ------------------------------------------------------------------------
@@ -191,9 +95,7 @@ def decide(host: str, look: Look, request: GpuRequest | None, held: Iterable[int
             return Placement()  # the first snapshot is on its way
         if probed_gpus == 0:
             return None  # the monitor failed, but the probe says there are no GPUs to place on
-        message, hint = look.error
-        return Placement(waiting=f"waiting to see which GPUs of {host} are free: {message}",
-                         hint=hint or "it is tried again in a few seconds")
+        return rules.unseen(host, *look.error)
     return place(host, look.snapshot, request, held)
 
 

@@ -5,19 +5,20 @@ dataclasses or raises :class:`SnapshotError` naming the field that is wrong.
 
 When is a GPU free?  :meth:`GpuState.busy_reason` is None, that is: its state is "ok" (not lost, no error),
 no compute process is on it (when the monitor could see its processes), and less than
-``FREE_MEMORY_MIB`` of its memory is used.  The memory rule catches what the process list misses (processes
-the driver does not list to us); 1 GiB is more than a display server takes (Xorg and a desktop shell, about
-130 MiB) and less than any model's weights and activations.
+``FREE_MEMORY_MIB`` of its memory is used (1 GiB: more than a display server takes, Xorg and a desktop shell
+about 130 MiB, and less than any model's weights and activations).  The rule is the runner's
+(remote_runner/placement.py), so the host's own queue and this client call the same GPUs free.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
+from remote_runner import placement
+from remote_runner.placement import FREE_MEMORY_MIB
+
 #: The snapshot versions this client reads.
 SUPPORTED_VERSIONS = (1,)
-#: A GPU with at least this much memory used is busy, whatever its process list says.
-FREE_MEMORY_MIB = 1024
 GPU_STATES = ("ok", "lost", "error")
 
 
@@ -41,9 +42,7 @@ class GpuProcess:
 
     def describe(self) -> str:
         """``alice's python train.py (pid 4242, 15992 MiB)``; an owner that could not be read is "an unknown user"."""
-        memory = "" if self.gpu_mem_mib is None else f", {self.gpu_mem_mib} MiB"
-        user = "an unknown user" if self.user == "?" else self.user
-        return f"{user}'s {self.command} (pid {self.pid}{memory})"
+        return placement.process_words(self)
 
 
 @dataclass(frozen=True)
@@ -77,18 +76,9 @@ class GpuState:
     processes: tuple[GpuProcess, ...] | None
 
     def busy_reason(self, memory_threshold_mib: int = FREE_MEMORY_MIB) -> str | None:
-        """Why this GPU is not free, in words (None when it is free; the rule is in the module docstring)."""
-        if self.state != "ok":
-            said = "it is lost" if self.state == "lost" else "it reports errors"
-            return f"{said}: {self.message}" if self.message else said
-        if self.processes:
-            return "; ".join(p.describe() for p in self.processes)
-        if self.mem_used_mib is not None and self.mem_used_mib >= memory_threshold_mib:
-            total = "" if self.mem_total_mib is None else f" of {self.mem_total_mib} MiB"
-            util = "" if self.util_pct is None else f", {self.util_pct:g}% utilised"
-            unseen = " (its processes are not visible)" if self.processes is None else ""
-            return f"{self.mem_used_mib} MiB{total} used{util}{unseen}"
-        return None
+        """Why this GPU is not free, in words (None when it is free): the runner's rule,
+        :func:`remote_runner.placement.busy_reason`."""
+        return placement.busy_reason(self, memory_threshold_mib)
 
     def is_free(self, memory_threshold_mib: int = FREE_MEMORY_MIB) -> bool:
         return self.busy_reason(memory_threshold_mib) is None
