@@ -2,11 +2,17 @@
 
 ``queue-add RUN_ROOT`` (the client sends its cells as JSON on stdin) writes each cell as a file,
 ``RUN_ROOT/queue/cells/<seq>.json``, and starts the queue process unless one runs already.  The queue process
-(``_queue``) launches the waiting cells in their order, one at a time, each with the runner's own ``launch --new``
-(so a run directory that exists already is never launched a second time), and ends when no cell waits and no run
-it launched is still going.  ``queue-stop RUN_ROOT [--sweep ID]`` cancels the waiting cells and stops the running
-run with the runner's ``stop``; ``queue-status RUN_ROOT`` prints ``state.json`` (every cell: waiting, launched,
-cancelled or failed) and whether the queue process runs.  See "The host-side queue" in docs/PROTOCOL.md.
+(``_queue``) launches the waiting cells in their order, each with the runner's own ``launch --new`` (so a run
+directory that exists already is never launched a second time), and ends when no cell waits and no run it launched
+is still going.  A serial sweep's cell runs alone; a parallel sweep's cells (``"parallel": true``) run side by side,
+each placed when it starts with remote_runner.placement's rules on a look the queue takes at the host's GPUs
+itself (only while a cell waits for GPUs): free GPUs not held by the queue's running cells, written into its config
+(``gpus``, CUDA_VISIBLE_DEVICES) before ``launch``; a cell that must wait says why in its ``reason``, one that can
+never fit fails in words.  On a host without GPUs they run side by side as its CPUs hold them.
+
+``queue-stop RUN_ROOT [--sweep ID]`` cancels the waiting cells and stops the running runs with the runner's
+``stop``; ``queue-status RUN_ROOT`` prints ``state.json`` (every cell: waiting, launched, cancelled or failed) and
+whether the queue process runs.  See "The host-side queue" in docs/PROTOCOL.md.
 
 Two locks, both ``flock`` on files in the queue folder (released by the kernel when their process dies, so a queue
 process that died leaves nothing stale to clear): ``queue.lock`` is held by the queue process for its whole life
@@ -23,6 +29,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +39,7 @@ from .lockfiles import flock as _flock
 from .lockfiles import lock_holder, start_holder
 from .lockfiles import read_json as _read_json
 from .lockfiles import write_json as _write_json
+from .placement import HELD_BY, HostGpus, capacity, gpu_request, on_gpus, place
 
 QUEUE = "queue"
 CELLS = "cells"
@@ -128,7 +136,8 @@ def _check_cells(payload: object) -> list:
 
 
 def add(run_root: str, payload: object, profile: Optional[str] = None) -> dict:
-    """Queue ``payload["cells"]`` (each ``{"run_id", "config": config.json's text, "sweep_id", "index"}``) after
+    """Queue ``payload["cells"]`` (each ``{"run_id", "config": config.json's text, "sweep_id", "index", "parallel"}``:
+    a parallel sweep's cells run side by side, :mod:`remote_runner.placement` placing them on free GPUs) after
     those already there and start the queue process unless one runs; ``payload["sweep"]`` (what the client knows
     of the sweep) is kept for ``queue-status --sweeps``.  A run id queued already is left as it is."""
     new = _check_cells(payload)
@@ -147,7 +156,7 @@ def add(run_root: str, payload: object, profile: Optional[str] = None) -> dict:
             seq += 1
             entry = {"schema": 1, "seq": seq, "run_id": cell["run_id"], "sweep_id": cell.get("sweep_id"),
                      "index": cell.get("index"), "profile": profile, "config": cell["config"], "state": "waiting",
-                     "added_at": time.time()}
+                     "parallel": bool(cell.get("parallel")), "added_at": time.time()}
             _set(qdir, entry)
             cells.append(entry)
             added.append(cell["run_id"])
@@ -202,16 +211,78 @@ def _launch(run_root: str, qdir: str, cell: dict) -> bool:
     args = ["launch", run_dir, "--new", "--retry"] + (["--profile", cell["profile"]] if cell.get("profile") else [])
     reply = _runner(args, cell["config"].encode("utf-8"))
     if reply.get("ok"):
-        _set(qdir, cell, state="launched", run_dir=run_dir, pid=reply.get("pid"), launched_at=time.time())
+        _set(qdir, cell, state="launched", run_dir=run_dir, pid=reply.get("pid"), launched_at=time.time(), reason="",
+             hint="")
         return True
     _set(qdir, cell, state="failed", error=reply.get("error") or "refused", hint=reply.get("hint") or "",
          failure=reply.get("failure"), ended_at=time.time())
     return False
 
 
+def _running(cells: list) -> list:
+    return [c for c in cells if c["state"] == "launched" and not c.get("done")]
+
+
+def _nproc(cell: dict) -> int:
+    return int(json.loads(cell["config"]).get("nproc_per_node") or 1)
+
+
+def _place(qdir: str, cell: dict, running: list, gpus: HostGpus) -> str:
+    """Whether a parallel cell starts now beside ``running``: "launch" (a cell placed on GPUs has them in its config
+    and ``gpus``), "failed" (it can never run here: said in words), "wait" or "wait_gpus" (its reason says why)."""
+    if cell.get("gpus") is not None:
+        return "launch"  # placed by a queue process that died before it recorded the launch: the same config again
+    config = json.loads(cell["config"])
+    request = gpu_request(config)
+    look = gpus.look()
+    if look is None:
+        return "wait_gpus"  # the first look at the GPUs (or one since GPUs were let go) is on its way
+    entries = look[0]
+    if request is None or not entries:  # a CPU host, or a cell that places itself: as many as the host holds
+        if not running or sum(_nproc(c) for c in running) + _nproc(cell) <= capacity(entries):
+            return "launch"
+        return "wait"
+    held = {i for c in running for i in c.get("gpus") or ()}
+    others = {c.get("sweep_id") for c in running if c.get("gpus")} - {cell.get("sweep_id")}
+    placement = place(cell.get("profile") or socket.gethostname(), entries, request, held,
+                      held_by="the running cells of this host's queue" if others else HELD_BY)
+    if placement.refused:
+        _set(qdir, cell, state="failed", error=placement.refused, hint=placement.hint, reason="", ended_at=time.time())
+        return "failed"
+    if placement.waiting:
+        if (cell.get("reason"), cell.get("hint")) != (placement.waiting, placement.hint):
+            _set(qdir, cell, reason=placement.waiting, hint=placement.hint)
+        return "wait_gpus"
+    _set(qdir, cell, config=json.dumps(on_gpus(config, placement.gpus)), gpus=list(placement.gpus))
+    return "launch"
+
+
+def _launch_next(run_root: str, qdir: str, cells: list, gpus: HostGpus) -> None:
+    """Launch the waiting cells that may start now, in queue order: a serial cell once nothing runs (and nothing
+    beside it), a parallel one beside other parallel ones where :func:`_place` says it fits.  The first cell that
+    must wait holds back those after it; the GPU source stays open only while that cell waits for GPUs."""
+    looking = False
+    for cell in [c for c in cells if c["state"] == "waiting"]:
+        running = _running(cells)
+        if not cell.get("parallel"):
+            if running or _launch(run_root, qdir, cell):
+                break
+            continue
+        if any(not c.get("parallel") for c in running):
+            break
+        decision = _place(qdir, cell, running, gpus)
+        if decision.startswith("wait"):
+            looking = decision == "wait_gpus"
+            break
+        if decision == "launch":
+            _launch(run_root, qdir, cell)
+    if not looking:
+        gpus.close()
+
+
 def serve(run_root: str, lock_fd: Optional[int] = None) -> int:
-    """The queue process (``_queue RUN_ROOT``): launch the waiting cells one at a time; end when nothing waits
-    and nothing it launched runs.  ``lock_fd``: queue.lock as ``queue-add`` took it for us."""
+    """The queue process (``_queue RUN_ROOT``): launch the waiting cells (:func:`_launch_next`); end when nothing
+    waits and nothing it launched runs.  ``lock_fd``: queue.lock as ``queue-add`` took it for us."""
     qdir = queue_dir(run_root)
     if lock_fd is None:
         lock_fd = os.open(os.path.join(qdir, QUEUE_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
@@ -224,35 +295,34 @@ def serve(run_root: str, lock_fd: Optional[int] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     pid = os.getpid()
     shown = None
-    while True:
-        with _flock(os.path.join(qdir, CELLS_LOCK)):
-            cells = _cells(qdir)
-            running = [c for c in cells if c["state"] == "launched" and not c.get("done")]
-            for cell in running:
-                if _ended(cell["run_dir"]):
-                    _set(qdir, cell, done=True, ended_at=time.time())
-            running = [c for c in running if not c.get("done")]
-            if not running:
-                for cell in (c for c in cells if c["state"] == "waiting"):
-                    if _launch(run_root, qdir, cell):
-                        break
-            waiting = any(c["state"] == "waiting" for c in cells)
-            running = [c for c in cells if c["state"] == "launched" and not c.get("done")]
-            if not running and not waiting:
-                _write_state(qdir, cells, None)
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(qdir, QUEUE_PID))
-                os.close(lock_fd)  # let go while cells.lock is held: see the module's docstring
-                return 0
-            now = [(c["seq"], c["state"], c.get("done")) for c in cells]
-            if now != shown:
-                _write_state(qdir, cells, pid)
-                shown = now
-        time.sleep(POLL_S)
+    gpus = HostGpus()
+    try:
+        while True:
+            with _flock(os.path.join(qdir, CELLS_LOCK)):
+                cells = _cells(qdir)
+                for cell in _running(cells):
+                    if _ended(cell["run_dir"]):
+                        _set(qdir, cell, done=True, ended_at=time.time())
+                        if cell.get("gpus"):
+                            gpus.release()
+                _launch_next(run_root, qdir, cells, gpus)
+                if not _running(cells) and not any(c["state"] == "waiting" for c in cells):
+                    _write_state(qdir, cells, None)
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(qdir, QUEUE_PID))
+                    os.close(lock_fd)  # let go while cells.lock is held: see the module's docstring
+                    return 0
+                now = [(c["seq"], c["state"], c.get("done"), c.get("reason")) for c in cells]
+                if now != shown:
+                    _write_state(qdir, cells, pid)
+                    shown = now
+            time.sleep(POLL_S)
+    finally:
+        gpus.close()
 
 
 def stop(run_root: str, sweep_id: Optional[str] = None) -> dict:
-    """Cancel the waiting cells (of ``sweep_id``, else all) and stop the running run with the runner's ``stop``."""
+    """Cancel the waiting cells (of ``sweep_id``, else all) and stop the running runs with the runner's ``stop``."""
     qdir = queue_dir(run_root)
     if not os.path.isdir(qdir):
         return {"ok": True, "cancelled": [], "stopped": []}

@@ -6,6 +6,7 @@ first on this process's (fake_smi_on_path)."""
 import json
 import os
 import re
+import shlex
 import sys
 
 from ddpgui.core.gpus.snapshot import HostSnapshot, parse_snapshot_line
@@ -76,3 +77,31 @@ def fake_smi_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fake_smi_bin(tmp_path)}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SMI_LOG", str(log))
     return log
+
+
+def two_idle_v100s(tmp_path) -> str:
+    """A capture of a host with two idle GPUs: the 16x V100 capture's header and its GPUs 0 and 2 (5 and 7 MiB
+    used), which the fake nvidia-smi numbers 0 and 1; returns its path (for FAKE_SMI_CAPTURE)."""
+    lines = (GPU_FIXTURES / "smi_query_v100_sxm3_32gb_x16.txt").read_text().splitlines()
+    path = tmp_path / "smi_query_v100_x2.txt"
+    path.write_text("\n".join([lines[0], lines[1], lines[3]]) + "\n")
+    return str(path)
+
+
+def gpu_host_env(tmp_path, capture: str) -> dict:
+    """What a process needs to see this computer as a GPU host: the fake nvidia-smi first on PATH, replaying
+    ``capture`` (a name in tests/fixtures/gpu or a path), its starts logged to ``tmp_path/smi.log``."""
+    log = tmp_path / "smi.log"
+    log.touch()
+    return {"PATH": f"{fake_smi_bin(tmp_path)}:{os.environ['PATH']}", "FAKE_SMI_CAPTURE": capture,
+            "FAKE_SMI_LOG": str(log)}
+
+
+def gpu_host_python(tmp_path, capture: str) -> str:
+    """A Python for a host profile (``--python``) whose host has GPUs: this Python, started with
+    :func:`gpu_host_env`, so the runner and what it starts (the host's queue) see the fake nvidia-smi."""
+    wrapper = tmp_path / "bin" / "python-on-gpu-host"
+    env = " ".join(f"{name}={shlex.quote(value)}" for name, value in gpu_host_env(tmp_path, capture).items())
+    wrapper.write_text(f"#!/bin/sh\nexport {env}\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
