@@ -1,13 +1,15 @@
 """A sweep's cells on an SSH host, handed to the host's own queue (remote_runner/queue.py; docs/PROTOCOL.md, "The
-host-side queue"): the host launches them one at a time whether or not a client is connected.
+host-side queue"): the host launches them whether or not a client is connected -- a serial sweep's one at a time, a
+parallel sweep's side by side, each placed on free GPUs by the host itself (remote_runner/placement.py) when it starts.
 
 The client decides each cell's run id and config and sends them once (``queue-add``, which ignores a run id it has
 already); from then on it only asks the host's queue what it launched and follows those runs as any other.  A cell
 handed over is ``pending`` with its run id set (a cell the client launches itself gets its run id only when it is
 claimed), so a runner that resumes the sweep after a restart knows, and sends again only what the host lacks.
 
-Used for a serial sweep's SSH hosts; a parallel sweep (GPU placement) and Slurm clusters keep the client-driven
-path of ddpgui.core.sweeps.runner, and so does This computer.
+A cell waiting there shows the host's reason (``waiting for 2 free GPUs on box: ...``), as a cell the client places
+itself does.  Used for every sweep's SSH hosts; Slurm clusters keep the client-driven path of
+ddpgui.core.sweeps.runner (Slurm queues the jobs), and so does This computer.
 """
 from __future__ import annotations
 
@@ -35,12 +37,12 @@ ASK_S = 1.0
 #: ... while one runs (its follow stream says when it ends, which wakes the worker: this is the backstop), or while
 #: the host runs another sweep's cell (this one waits behind it: no process started on the host every second).
 ASK_RUNNING_S = 10.0
+#: ... while a parallel sweep's cells wait there beside its running ones (the host starts one as GPUs are let go).
+ASK_WAITING_S = 3.0
 
 
 def on_host(manager: RunManager, sweep: SweepRecord, host: str) -> bool:
-    """Whether the sweep's cells on ``host`` go to the host's queue: a serial sweep on an SSH host."""
-    if sweep.parallel:
-        return False
+    """Whether the sweep's cells on ``host`` go to the host's queue: any sweep on an SSH host."""
     try:
         profile = manager.hosts.get(host)
     except KeyError:
@@ -94,8 +96,10 @@ def step(runner: SweepRunner, job: _Job, host: str) -> bool:
         return False
     elsewhere = any(c["state"] == "launched" and not c.get("done") and c.get("sweep_id") != job.sweep.id
                     for c in queued.values())
+    running = any(c.state == "running" for c in cells)
+    beside = job.sweep.parallel and running and any(c.state == "pending" for c in cells)
     with job.wake:
-        job.wake.wait(ASK_RUNNING_S if elsewhere or any(c.state == "running" for c in cells) else ASK_S)
+        job.wake.wait(ASK_WAITING_S if beside else ASK_RUNNING_S if elsewhere or running else ASK_S)
     return True
 
 
@@ -114,7 +118,8 @@ def _send(runner: SweepRunner, job: _Job, target: Target, cells: list[SweepCell]
         cfg = runner.cell_config(job.sweep, cell, cell.run_id)
         if cfg.mode == "script":
             launches.place_script(target, cfg, launches.read_script_folder(cfg))
-        sent.append({"run_id": cell.run_id, "index": cell.index, "sweep_id": job.sweep.id, "config": cfg.to_json()})
+        sent.append({"run_id": cell.run_id, "index": cell.index, "sweep_id": job.sweep.id, "config": cfg.to_json(),
+                     "parallel": job.sweep.parallel})
     everything = runner.store.sweep_cells(job.sweep.id)
     target.queue_add(sent, sweep_payload(runner.store.get_sweep(job.sweep.id), everything))
 
@@ -127,6 +132,11 @@ def _take(runner: SweepRunner, job: _Job, target: Target, cells: list[SweepCell]
             if entry["state"] == "launched":
                 claim(runner.manager, job.sweep.id, cell, entry, target)
                 runner.emit(job, cell.index)
+            elif entry["state"] == "waiting":
+                said = (entry.get("reason") or f"queued on {target.name}", entry.get("hint") or "")
+                if (cell.reason, cell.hint) != said and runner.store.update_cells(
+                        job.sweep.id, cell.index, expect="pending", reason=said[0], hint=said[1]):
+                    runner.emit(job, cell.index)  # the host's words: why it waits (free GPUs, ...)
             elif entry["state"] in ("cancelled", "failed"):
                 state = "cancelled" if entry["state"] == "cancelled" else "failed"
                 runner.end_cell(job, cell, state, entry.get("error") or f"{state} on the host", entry.get("hint", ""),

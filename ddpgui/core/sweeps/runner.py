@@ -4,10 +4,10 @@ One worker thread per host takes that host's cells in order, one at a time (so r
 timing) or, for a ``parallel`` sweep, side by side: on a host with GPUs each cell on free GPUs of its own
 (ddpgui.core.gpus.placement; a cell waits, saying why in its reason, until enough are free), on a host without as many
 at once as its CPUs hold. On a Slurm cluster every cell is a job: up to the profile's ``max_queued_jobs`` of the sweep
-are queued at once. A serial sweep's SSH hosts run their cells in their own queue (ddpgui.core.sweeps.hostqueue): the
-host launches them, the runner follows. Everything the runner knows is in the store (``sweeps`` and ``sweep_cells``),
-so after a restart :meth:`SweepRunner.resume` carries on: a cell whose run is still going is reattached and waited
-for, one caught before its run existed is launched again.
+are queued at once. An SSH host runs the cells in its own queue (ddpgui.core.sweeps.hostqueue), placing a parallel
+sweep's itself: the host launches them, the runner follows. Everything the runner knows is in the store (``sweeps``
+and ``sweep_cells``), so after a restart :meth:`SweepRunner.resume` carries on: a cell whose run is still going is
+reattached and waited for, one caught before its run existed is launched again.
 """
 from __future__ import annotations
 
