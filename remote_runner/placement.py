@@ -220,7 +220,8 @@ class HostGpus:
     """This host's GPUs as the queue process sees them: a GPU source of the host monitor (NVML, else nvidia-smi's
     two streams: remote_runner.gpumonitor) opened while a cell waits for GPUs and closed when none does, looked at
     at most every ``look_s``; a look older than the last time GPUs were let go is not used (it may still show the
-    ended cell's processes).  A host with neither NVML nor nvidia-smi is a CPU host for the process's life."""
+    ended cell's processes).  ``count``: the GPUs the first look found; a host where it found none (no NVML, no
+    nvidia-smi, or no GPU listed) is a CPU host for the process's life, as the client looks at one once."""
 
     def __init__(self, look_s: float = LOOK_S):
         self.look_s = look_s
@@ -229,7 +230,7 @@ class HostGpus:
         self.at = float("-inf")
         self.gpus: Optional[list] = None
         self.errors: list = []
-        self.no_gpus = False
+        self.count: Optional[int] = None
         self.released_at = float("-inf")
 
     def release(self) -> None:
@@ -239,24 +240,26 @@ class HostGpus:
     def look(self) -> Optional[tuple]:
         """(GPU entries, problems); None while the first whole table, or one newer than the last release, is on
         its way.  ``([], [])`` on a CPU host."""
-        if self.no_gpus:
+        if self.count == 0:
             return [], []
         now = time.monotonic()
         if self.source is None:
             from .gpumonitor import open_source
 
             self.source, self.opened_at, self.gpus = open_source("auto", self.look_s), now, None
-            if self.source.name == "none":
-                self.close()
-                self.no_gpus = True
-                return [], []
         if not getattr(self.source, "ready", lambda: True)() and now - self.opened_at < FIRST_LOOK_WAIT_S:
             return None
         fresh = self.released_at + (self.look_s if self.source.name == "nvidia-smi" else 0.0)
         if self.gpus is None or now - self.at >= self.look_s or self.at < fresh <= now:
             self.gpus, _, self.errors = self.source.sample()
             self.at = now
-        return None if self.at < fresh else (self.gpus, self.errors)
+        if self.at < fresh:
+            return None
+        if self.count is None:
+            self.count = len(self.gpus)
+        if not self.count:
+            self.close()
+        return self.gpus, self.errors
 
     def close(self) -> None:
         if self.source is not None:
@@ -264,6 +267,6 @@ class HostGpus:
             self.source, self.gpus = None, None
 
 
-def capacity(gpus: list) -> int:
+def capacity(gpu_count: int) -> int:
     """Processes a host runs side by side when its cells are not placed on GPUs: its GPUs, else its CPUs."""
-    return max(1, len(gpus) or os.cpu_count() or 1)
+    return max(1, gpu_count or os.cpu_count() or 1)

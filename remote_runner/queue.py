@@ -39,7 +39,7 @@ from .lockfiles import flock as _flock
 from .lockfiles import lock_holder, start_holder
 from .lockfiles import read_json as _read_json
 from .lockfiles import write_json as _write_json
-from .placement import HELD_BY, HostGpus, capacity, gpu_request, on_gpus, place
+from .placement import HELD_BY, HostGpus, capacity, gpu_request, on_gpus, place, unseen
 
 QUEUE = "queue"
 CELLS = "cells"
@@ -234,18 +234,21 @@ def _place(qdir: str, cell: dict, running: list, gpus: HostGpus) -> str:
         return "launch"  # placed by a queue process that died before it recorded the launch: the same config again
     config = json.loads(cell["config"])
     request = gpu_request(config)
-    look = gpus.look()
-    if look is None:
+    look = None if request is None and gpus.count is not None else gpus.look()
+    if look is None and gpus.count is None:
         return "wait_gpus"  # the first look at the GPUs (or one since GPUs were let go) is on its way
-    entries = look[0]
-    if request is None or not entries:  # a CPU host, or a cell that places itself: as many as the host holds
-        if not running or sum(_nproc(c) for c in running) + _nproc(cell) <= capacity(entries):
+    if request is None or not gpus.count:  # a CPU host, or a cell that places itself: as many as the host holds
+        if not running or sum(_nproc(c) for c in running) + _nproc(cell) <= capacity(gpus.count):
             return "launch"
         return "wait"
+    host = cell.get("profile") or socket.gethostname()
+    if look is None:
+        return "wait_gpus"  # a look since GPUs were let go is on its way
+    placement = unseen(host, "; ".join(look[1]) or "nvidia-smi lists none of its GPUs") if not look[0] else None
     held = {i for c in running for i in c.get("gpus") or ()}
     others = {c.get("sweep_id") for c in running if c.get("gpus")} - {cell.get("sweep_id")}
-    placement = place(cell.get("profile") or socket.gethostname(), entries, request, held,
-                      held_by="the running cells of this host's queue" if others else HELD_BY)
+    placement = placement or place(host, look[0], request, held,
+                                   held_by="the running cells of this host's queue" if others else HELD_BY)
     if placement.refused:
         _set(qdir, cell, state="failed", error=placement.refused, hint=placement.hint, reason="", ended_at=time.time())
         return "failed"

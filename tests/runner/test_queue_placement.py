@@ -6,6 +6,7 @@ small script whose rank writes the CUDA_VISIBLE_DEVICES it saw and holds until t
 other cells of its group have started: they ran side by side)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -188,3 +189,35 @@ def test_a_serial_cell_waits_for_the_parallel_ones_and_runs_alone(host):
     assert wait_for(lambda: not queue_processes(root), timeout=WAIT_S), cells_of(root)
     assert status_of(root, "s1")["started_at"] >= status_of(root, "s0")["ended_at"] >= \
         status_of(root, "q0")["ended_at"] and seen(out, "t") == {"s1": "0"}
+
+
+CPUS = os.cpu_count() or 1
+
+
+@pytest.mark.skipif(CPUS < 2 or CPUS % 2 or shutil.which("nvidia-smi") is not None,
+                    reason="two cells of half the CPUs each, on a host without nvidia-smi")
+def test_on_a_host_without_gpus_parallel_cells_run_side_by_side_as_its_cpus_hold_them(tmp_path):
+    """No nvidia-smi on the queue's PATH (nor NVML): cells of half the CPUs' processes each, two at a time."""
+    root, script, out = tmp_path / "root", tmp_path / "holder", tmp_path / "out"
+    for folder in (root, script, out):
+        folder.mkdir()
+    (script / "train.py").write_text(HOLDER)
+    env = dict(os.environ)
+    half = CPUS // 2
+    try:
+        runner(env, "queue-add", str(root), stdin={"cells": [
+            cell("c0", script, out, "a", peers=2, nproc_per_node=half),
+            cell("c1", script, out, "a", peers=2, nproc_per_node=half),
+            cell("c2", script, out, "b", nproc_per_node=half)]})
+        assert wait_for(lambda: len(seen(out, "a")) == 2, timeout=WAIT_S), cells_of(root)  # side by side
+        state = cells_of(root)
+        assert state["c2"]["state"] == "waiting" and not state["c2"].get("reason")  # the CPUs are taken
+        assert seen(out, "a") == {"c0": None, "c1": None} and "gpus" not in state["c0"]
+        (out / "release-a").touch()
+        (out / "release-b").touch()
+        assert wait_for(lambda: not queue_processes(root), timeout=WAIT_S), cells_of(root)
+        assert [status_of(root, r)["state"] for r in ("c0", "c1", "c2")] == ["finished"] * 3
+        assert config_of(root, "c2").get("gpus") is None
+    finally:
+        for pid in queue_processes(root):
+            os.kill(pid, signal.SIGKILL)

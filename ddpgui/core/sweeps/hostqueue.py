@@ -96,7 +96,9 @@ def step(runner: SweepRunner, job: _Job, host: str) -> bool:
         return False
     elsewhere = any(c["state"] == "launched" and not c.get("done") and c.get("sweep_id") != job.sweep.id
                     for c in queued.values())
-    running = any(c.state == "running" for c in cells)
+    running = sum(c.state == "running" for c in cells)
+    if job.sweep.parallel:  # for the time left: as many at once as the host has run side by side so far
+        job.slots[host] = max(job.slots.get(host, 1), running)
     beside = job.sweep.parallel and running and any(c.state == "pending" for c in cells)
     with job.wake:
         job.wake.wait(ASK_WAITING_S if beside else ASK_RUNNING_S if elsewhere or running else ASK_S)
