@@ -56,3 +56,13 @@ def view(qtbot, store, settings, tmp_path):
     qtbot.waitExposed(widget)
     yield widget
     pool.shutdown(5000)
+
+
+@pytest.fixture(scope="module")
+def themed_module(qapp):
+    """For a file whose tests call ``create_app`` (which themes the shared QApplication): the stylesheet the
+    session had is put back once, when the file is done.  Put back after each test instead, every test set it
+    again, and each change of the stylesheet repolishes every widget the session still holds (~1-2 s a test)."""
+    style = qapp.styleSheet()
+    yield
+    qapp.setStyleSheet(style)

@@ -17,16 +17,14 @@ from ddpgui.ui import app
 
 
 @pytest.fixture
-def dirs(tmp_path, monkeypatch, qapp):
+def dirs(tmp_path, monkeypatch, themed_module):
     config, data = tmp_path / "config", tmp_path / "data"
     config.mkdir()
     data.mkdir()
     monkeypatch.setenv("DDPGUI_CONFIG_DIR", str(config))
     monkeypatch.setenv("DDPGUI_DATA_DIR", str(data))
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # put back whatever the app installs
-    style = qapp.styleSheet()
     yield config, data
-    qapp.setStyleSheet(style)  # create_app themes the shared QApplication
 
 
 def _damaged(data, table):
