@@ -81,7 +81,7 @@ class MainWindow(QMainWindow):
         self.updates = RunUpdates(self.manager)
         self.tray: QSystemTrayIcon | None = None
 
-        self.hosts_panel = HostsPanel(self.hosts)
+        self.hosts_panel = HostsPanel(self.hosts, self.manager.targets, self.workers.start)  # release lines too
         self.hosts_panel.known_hosts = known_hosts  # the host dialog's Test trusts the keys the window trusts
         self.launch_panel = LaunchPanel()
         self.runs_table = RunsTable(self.store)

@@ -135,7 +135,7 @@ def countdown_text(status: dict, now: float | None = None) -> str:
     phase = status.get("phase")
     if phase == "idle" or phase == "failed":
         left = max(0.0, float(status.get("release_at") or now) - now)
-        return f"releases in {minutes_text(left / 60)}" if left >= 60 else f"releases in {left:.0f} s"
+        return f"releases in {minutes_text(round(left / 60))}" if left >= 60 else f"releases in {left:.0f} s"
     return {"off": "", "busy": "in use: no release", "collecting": "release waits for the records",
             "due": "release due now", "released": "released", "cancelled": "release cancelled until next use",
             "gave_up": "release failed"}.get(phase, phase or "")
@@ -176,7 +176,7 @@ def status_text(status: dict, price_per_hour: float | None = None, now: float | 
             text = f"last release: {when}, {last.get('command')!r} succeeded"
             idle_s = now - float(last["at"])
             if price_per_hour and phase == "released":
-                text += (f"; {minutes_text(idle_s / 60)} of idle time saved since, "
+                text += (f"; {minutes_text(round(idle_s / 60) if idle_s >= 60 else idle_s / 60)} of idle time saved since, "
                          f"{price_per_hour * idle_s / 3600:.2f} at {price_per_hour:g}/h")
         else:
             code = last.get("exit_code")

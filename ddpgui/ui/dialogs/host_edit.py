@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -38,6 +39,7 @@ from ..texts import required_or, without_class_name
 from ..widgets.dashboard_header import never_widening
 from ..workers import GeneratorWorker
 from .host_test import check_profile, probe_summary, problem_lines, problems_of, torch_missing
+from .release_box import ReleaseBox
 
 KIND_CHOICES = (("SSH host", "ssh"), ("Slurm cluster", "slurm"))
 #: The login methods in words; the profile stores the identifiers (AUTH_METHODS).
@@ -50,7 +52,7 @@ GPU_FLAG_CHOICES = (("--gres=gpu:N", "gres"), ("--gpus-per-node=N", "gpus-per-no
 _INVALID_LABEL = "color: #d93025; font-weight: 600;"
 _TEST_STYLES = {"ok": "color: #188038;", "error": "color: #d93025;", "busy": "color: #5f6368;"}
 #: Profile fields that do not change what a test finds: a probe tested with other values of these still holds.
-_NOT_CONNECTION = frozenset({"name", "notes", "price_per_hour"})
+_NOT_CONNECTION = frozenset({"name", "notes", "price_per_hour", "release"})
 
 
 class HostEditDialog(QDialog):
@@ -117,8 +119,18 @@ class HostEditDialog(QDialog):
                                         self.rdzv_address):
                 widget.setEnabled(False)
         self.slurm_box = self._slurm_group(profile.slurm if profile else None)
+        self._local = local  # This computer is never released: no release box
+        self.release_box = ReleaseBox(profile.release if profile else None,
+                                      profile.cluster if profile and profile.provider == "skypilot" else "")
+        connection = QWidget()
+        connection.setLayout(form)
+        # an SSH host's release action on a page of its own: the dialog stays one column (and fits 1024 x 700)
+        self.pages = QTabWidget(objectName="host_pages", documentMode=True)
+        self.pages.addTab(connection, "Connection")
+        self.pages.addTab(self.release_box, "Release when idle")
+        self.pages.setTabToolTip(1, "Release a rented instance by itself once nothing of ddpgui is left to do on it")
         columns = QHBoxLayout()
-        columns.addLayout(form, 1)
+        columns.addWidget(self.pages, 1)
         columns.addWidget(self.slurm_box, 1)
         self.error = QLabel(objectName="error_label", wordWrap=True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
@@ -148,7 +160,7 @@ class HostEditDialog(QDialog):
             "auth": self.auth, "key_file": self.key_file, "proxy_jump": self.proxy_jump, "python": self.python,
             "run_root": self.run_root, "price_per_hour": self.price, "rdzv_address": self.rdzv_address,
             "nccl_env": self.nccl_env, "notes": self.notes, "slurm": self.partition,
-            **{f"slurm.{name}": widget for name, widget in self._slurm_fields.items()}}
+            **{f"slurm.{name}": widget for name, widget in self._slurm_fields.items()}, **self.release_box.fields}
         self.setMinimumWidth(MIN_WIDTH)
         self.kind.currentIndexChanged.connect(self._kind_changed)
         self._kind_changed()
@@ -221,6 +233,9 @@ class HostEditDialog(QDialog):
         """Show the Slurm options for a cluster (and call its host the login node); keep the dialog on screen."""
         slurm = self.is_slurm()
         self.slurm_box.setVisible(slurm)
+        releasable = not slurm and not self._local  # a cluster's nodes are Slurm's to free
+        self.pages.setTabVisible(1, releasable)
+        self.pages.tabBar().setVisible(releasable)
         self.form.labelForField(self.hostname).setText("Login node" if slurm else "Hostname")
         self.hostname.setPlaceholderText("the cluster's login node, e.g. login.hpc.example.org" if slurm else "")
         self.form.labelForField(self.run_root).setText("Run folder (shared)" if slurm else "Run folder")
@@ -230,6 +245,7 @@ class HostEditDialog(QDialog):
         self._fit_screen()
 
     def _fit_screen(self) -> None:
+        self.layout().activate()  # the tab bar just shown or hidden counts in the size
         self.adjustSize()
         screen = self.screen()
         if screen is None:
@@ -253,7 +269,8 @@ class HostEditDialog(QDialog):
             python=self.python.text().strip() or "python3", run_root=self.run_root.text().strip() or "~/.ddpgui",
             price_per_hour=self.price.value() or None, notes=self.notes.text(),
             rdzv_address=self.rdzv_address.text().strip() or None, nccl_env=self._env(),
-            kind=self.kind.currentData(), slurm=self.slurm_options() if self.is_slurm() else None)
+            kind=self.kind.currentData(), slurm=self.slurm_options() if self.is_slurm() else None,
+            release=None if self.is_slurm() or self._local else self.release_box.policy())
         return dataclasses.replace(self._original, **values) if self._original else HostProfile(**values)
 
     def slurm_options(self) -> SlurmOptions:
@@ -275,9 +292,21 @@ class HostEditDialog(QDialog):
             env[key] = value
         return env
 
+    def _forms(self) -> tuple[QFormLayout, ...]:
+        return self.form, self.slurm_form, self.release_box.form
+
+    def _label_of(self, widget: QWidget | None) -> QLabel | None:
+        """The form label of a field, or of the row it sits in (the GPUs row's spin box)."""
+        for form in self._forms():
+            for candidate in (widget, widget.parentWidget() if widget is not None else None):
+                label = form.labelForField(candidate) if candidate is not None else None
+                if label is not None:
+                    return label
+        return None
+
     def _mark(self, field: str | None) -> None:
         """Mark the field at fault (its label red, the field focused); ``None`` clears the mark."""
-        for form in (self.form, self.slurm_form):
+        for form in self._forms():
             for row in range(form.rowCount()):
                 label = form.itemAt(row, QFormLayout.ItemRole.LabelRole)
                 if label is not None and label.widget() is not None:
@@ -289,21 +318,18 @@ class HostEditDialog(QDialog):
             return
         widget = self._fields[self.invalid_field]
         widget.setProperty("invalid", True)
-        form = self.slurm_form if self.slurm_form.indexOf(widget) >= 0 or widget in (self.gpus_per_node,
-                                                                                     self.gpu_flag) else self.form
-        label = form.labelForField(widget if form.indexOf(widget) >= 0 else widget.parentWidget())
+        if field.startswith("release"):
+            self.pages.setCurrentWidget(self.release_box)
+        label = self._label_of(widget)
         if label is not None:
             label.setStyleSheet(_INVALID_LABEL)
         widget.setFocus()
 
     def _label(self, field: str | None) -> str:
         """The form's label of a field (its name when it has none)."""
-        widget = self._fields.get(field or "")
-        for form in (self.form, self.slurm_form):
-            for candidate in (widget, widget.parentWidget() if widget is not None else None):
-                label = form.labelForField(candidate) if candidate is not None else None
-                if label is not None and label.text():
-                    return label.text()
+        label = self._label_of(self._fields.get(field or ""))
+        if label is not None and label.text():
+            return label.text()
         return (field or "a field").removeprefix("slurm.")
 
     def _valid_profile(self) -> HostProfile | None:
@@ -312,7 +338,13 @@ class HostEditDialog(QDialog):
             profile = self.profile()
             profile.validate()
         except HostError as exc:
-            self.error.setText(f"{required_or(self._label(exc.field), str(exc))}\n{exc.hint}".strip())
+            label = self._label(exc.field)
+            if exc.field.startswith("release"):  # "Release command: …", not "release.command: …"
+                label = f"Release {label.lower()}"
+            message = required_or(label, str(exc))
+            if exc.field.startswith("release") and message.startswith(f"{exc.field}: "):
+                message = f"{label}: {message.removeprefix(exc.field + ': ')}"
+            self.error.setText(f"{message}\n{exc.hint}".strip())
             self._mark(exc.field)
             return None
         self.error.setText("")

@@ -10,6 +10,10 @@ A host whose probe found something it cannot run (no torch for its Python, say) 
 and the problems with their hints in its tooltip.  A host saved from the host dialog after a successful Test
 connection keeps that test's probe (:attr:`HostsPanel.probed` tells the window to remember it).
 
+A host with a release action (the host dialog's "Release when idle") that is connected has a line under the list
+("gpu-1: releases in 12 min" with Cancel, a release that failed in the error colour): ddpgui/ui/release_watch.py
+asks the host, given the run manager's connections (``targets``) and a worker pool's ``start``.
+
 Several hosts may be selected (Ctrl/Shift-click) for one multi-node run: the first
 one selected is node 0.  The current host (the last clicked) still drives the launch
 form's per-host choices.
@@ -40,6 +44,8 @@ from ddpgui.core.ssh.known_hosts import KnownHosts
 from ..dialogs.host_edit import HostEditDialog
 from ..dialogs.host_test import probe_summary, problem_lines
 from ..dialogs.ssh_import import SshImportDialog
+from ..release_watch import ReleaseWatch
+from .release_rows import ReleaseRows
 
 STATUS_COLORS = {"unknown": "#9aa0a6", "checking": "#4c8df6", "reachable": "#34a853", "busy": "#f29900",
                  "error": "#d93025"}
@@ -78,7 +84,7 @@ class HostsPanel(QWidget):
     hosts_changed = Signal()
     probed = Signal(str, dict)  # a host saved with its dialog's successful test: its name and that test's probe
 
-    def __init__(self, hosts: HostStore, parent=None):
+    def __init__(self, hosts: HostStore, targets=None, start=None, parent=None):
         super().__init__(parent)
         self.hosts = hosts
         #: The host keys the dialog's Test connection trusts (None: OpenSSH's files and the app's).
@@ -120,7 +126,15 @@ class HostsPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(title)
         layout.addWidget(self.list, 1)
+        self.release_rows = ReleaseRows()
+        layout.addWidget(self.release_rows)
         layout.addLayout(buttons)
+        #: The hosts' release lines (None without the run manager's connections to ask the hosts through).
+        self.release: ReleaseWatch | None = None
+        if targets is not None and start is not None:
+            self.release = ReleaseWatch(hosts, targets, start, self)
+            self.release.changed.connect(self._release_changed)
+            self.release_rows.cancel_requested.connect(self.release.cancel)
         self.reload()
 
     def reload(self, select: str | None = None) -> None:
@@ -155,9 +169,17 @@ class HostsPanel(QWidget):
         item.setText(f"{profile.display_name}{where}{cluster}{price}\n{shown}")
         item.setIcon(status_icon(status))
         said = self.status.get(name, "unknown")
+        release = self.release_rows.views.get(name)
         item.setToolTip(f"{profile.display_name}{where}{cluster}{price}: {said}\n{shown}"
                         + "".join(f"\n{line}" for line in problems)
-                        + (f"\n{gpu_tip}" if gpu_tip else "") + (f"\n{profile.notes}" if profile.notes else ""))
+                        + (f"\n{gpu_tip}" if gpu_tip else "") + (f"\n{profile.notes}" if profile.notes else "")
+                        + (f"\n{release.tip}" if release is not None else ""))
+
+    def _release_changed(self, name: str) -> None:
+        self.release_rows.set_view(name, self.release.view(name))
+        item = self.item(name)
+        if item is not None:
+            self._render(item)
 
     def item(self, name: str) -> QListWidgetItem | None:
         for row in range(self.list.count()):
@@ -240,6 +262,7 @@ class HostsPanel(QWidget):
     def _store(self, dialog: HostEditDialog, add: bool, old_name: str | None) -> None:
         """Store the dialog's profile (with its successful test's probe, if that tested this connection)."""
         profile = dialog.result_profile
+        before = dialog._original.release if dialog._original is not None else None
         try:
             if add:
                 self.hosts.add(profile)
@@ -252,6 +275,8 @@ class HostsPanel(QWidget):
             return
         self.reload(profile.name)
         self.hosts_changed.emit()
+        if self.release is not None and profile.release != before and not profile.is_slurm:
+            self.release.sent(profile.name, profile.release)  # to the host now, or said to go at its next connection
         if dialog.result_probe is not None:
             self.set_status(profile.name, "reachable", probe=dialog.result_probe)
             self.probed.emit(profile.name, dialog.result_probe)

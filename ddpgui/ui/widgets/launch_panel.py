@@ -12,6 +12,7 @@ import shlex
 
 from PySide6.QtCore import QMargins, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -129,13 +130,14 @@ class LaunchPanel(FieldMarks, QWidget):
         self.warmup = QSpinBox(minimum=0, maximum=10 ** 6, value=5)
         self.env = QPlainTextEdit(placeholderText="NAME=value, one per line", maximumHeight=60)
         self.outputs_dir = QLineEdit(objectName="outputs_dir", placeholderText="where it writes files, for Download outputs…")
+        self.keep_outputs = QCheckBox("Keep outputs (download them as it ends)", objectName="keep_outputs")
         self.advanced_body = QWidget(self.advanced, objectName="advanced_body", visible=False)
         QVBoxLayout(self.advanced, contentsMargins=QMargins()).addWidget(self.advanced_body)  # shown/hidden whole
         adv = QFormLayout(self.advanced_body)
         for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
-                              ("Environment", self.env), ("Outputs folder", self.outputs_dir),
+                              ("Environment", self.env), ("Outputs folder", self.outputs_dir), ("", self.keep_outputs),
                               ("Loss series", self.reading.loss_series),
                               ("", self.reading.button)):
             adv.addRow(label, widget)
@@ -215,7 +217,7 @@ class LaunchPanel(FieldMarks, QWidget):
                        self.metric_regex.textChanged, self.lr.valueChanged, self.grad_accum.valueChanged,
                        self.num_workers.valueChanged, self.seed.valueChanged, self.backend.currentTextChanged,
                        self.warmup.valueChanged, self.env.textChanged, self.optimizer.currentTextChanged,
-                       self.gpu_picker.changed, self.reading.loss_series.textChanged):
+                       self.gpu_picker.changed, self.reading.loss_series.textChanged, self.keep_outputs.toggled):
             signal.connect(self.validate)
         self._progress.connect(self.show_progress, Qt.ConnectionType.QueuedConnection)
         apply_tips(self)
@@ -329,7 +331,8 @@ class LaunchPanel(FieldMarks, QWidget):
             settings.update(lr=self.lr.value(), optimizer=self.optimizer.currentText(),
                             grad_accum=self.grad_accum.value(), num_workers=self.num_workers.value(),
                             seed=self.seed.value(), backend=self.backend.currentText(),
-                            warmup_steps=self.warmup.value(), env=env, outputs_dir=self.outputs_dir.text().strip() or None)
+                            warmup_steps=self.warmup.value(), env=env, outputs_dir=self.outputs_dir.text().strip() or None,
+                            keep_outputs=self.keep_outputs.isChecked())
             if "script" in settings and self.reading.value():
                 settings["script"]["loss_series"] = self.reading.value()
         return settings
@@ -375,6 +378,7 @@ class LaunchPanel(FieldMarks, QWidget):
             if key in settings:
                 setter(settings[key])
         self.outputs_dir.setText(settings.get("outputs_dir") or "")
+        self.keep_outputs.setChecked(bool(settings.get("keep_outputs")))
         if settings.get("env"):
             self.env.setPlainText("\n".join(f"{k}={v}" for k, v in settings["env"].items()))
         self.advanced.setChecked(any(k in settings for k in advanced) or bool(script and script.get("loss_series")))

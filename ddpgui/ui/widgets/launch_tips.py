@@ -33,6 +33,8 @@ TIPS = {
     "outputs_dir": ("A folder on the host the run writes files to (besides its run folder): listed and fetched by "
                     "Download outputs… and ddpgui pull; a relative path is taken from where the run works (its script's "
                     "folder, else its run folder)"),
+    "keep_outputs": ("Download the run's outputs (the files it wrote, and the Outputs folder) as it ends, whenever the "
+                     "app or the command line is connected; a release that destroys the host's disk waits for them"),
     "launch_button": "Launch the run (Ctrl+Return)",
 }
 
