@@ -271,6 +271,8 @@ def assess(run_root: str, survey: Optional[Survey] = None, now: Optional[float] 
         out["phase"] = "off"
         return out
     seen = (survey or Survey(run_root)).look(policy, now)
+    # Every run a client should collect (the reasons name three at most): a client that connects takes them.
+    out.update(uncollected=seen["uncollected"], outputs_wanted=seen["outputs"])
     failed_at = float(state.get("failed_at") or 0.0)
     # The watcher keeps when it last saw the host kept (a cell that waited, a login, a run it saw running).
     seen["latest"] = max(seen["latest"], float(state.get("busy_at") or 0.0))

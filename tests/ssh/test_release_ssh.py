@@ -39,6 +39,16 @@ def host_status(root: Path) -> dict:
     return json.loads(runs[0].read_text()) if runs else {}
 
 
+def host_states(root: Path) -> list:
+    states = []
+    for status in (root / "runs").glob("*/status.json"):
+        try:
+            states.append(json.loads(status.read_text()).get("state"))
+        except (OSError, ValueError):
+            states.append(None)  # being written
+    return states
+
+
 def release_state(root: Path) -> dict:
     try:
         return json.loads((root / "release" / "state.json").read_text())
@@ -127,3 +137,54 @@ def test_kept_outputs_come_back_as_the_run_ends_and_the_host_hears_it(instance, 
     collected = json.loads((run_dir / "collected.json").read_text())
     assert collected["outputs"] is True
     assert collected["offsets"]["events.jsonl"] == (run_dir / "events.jsonl").stat().st_size
+
+
+def finished(env: dict) -> list:
+    from ddpgui.core.store import RunStore
+
+    path = Path(env["DDPGUI_DATA_DIR"]) / "runs.sqlite3"
+    if not path.exists():
+        return []
+    with RunStore(path) as store:
+        return [r for r in store.list_runs() if r.state == "finished"]
+
+
+@pytest.mark.slow
+def test_overnight_the_sweep_ends_on_the_host_and_the_terminate_waits_for_the_morning_client(instance, tmp_path):
+    """The issue's whole night: a sweep keeping its outputs, its client killed after the first cell (the lid
+    closes); the host runs every cell, then waits with its destroying release until a client has every record
+    and every kept output (the laptop opens: sweep-resume), and then releases itself."""
+    from helpers.cli_process import start_cli
+
+    env, root, server = instance
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    (outs / "samples.txt").write_text("generated\n")
+    marker = tmp_path / "terminated"
+    client = start_cli(["sweep", "inst", "--workload", "linear", "--steps", "4", "--batch-size", "8", "--repeats",
+                        "3", "--name", "night", "--outputs-dir", str(outs), "--keep-outputs",
+                        "--accept-new-host-key"], env)
+    try:
+        assert wait_for(lambda: len(finished(env)) >= 1 or client.poll() is not None, timeout=240)
+        assert client.poll() is None, client.communicate()
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.kill()
+        client.communicate()
+    code, out, err = run_cli(["hosts", "edit", "inst", "--release-command", f"touch '{marker}'; kill {server.proc.pid}",
+                              "--release-kind", "terminate", "--release-after", "0.02"], env)
+    assert code == 0, err
+    assert wait_for(lambda: host_states(root).count("finished") == 3, timeout=240)
+    time.sleep(7)  # idle longer than chosen, and a look of the watcher: the records and outputs wait for a client
+    assert not marker.exists()
+    sweep_id = json.loads(run_cli(["sweeps", "--json"], env)[1])[0]["id"]
+    code, out, err = run_cli(["sweep-resume", sweep_id], env)  # the morning: the laptop opens
+    assert code == 0, out + err
+    runs = finished(env)
+    assert len(runs) == 3, out + err
+    for run in runs:
+        assert (Path(env["DDPGUI_DATA_DIR"]) / "outputs" / run.id).is_dir(), out + err
+        assert (Path(env["DDPGUI_DATA_DIR"]) / "outputs" / run.id / "outputs" / "samples.txt").read_text() == \
+            "generated\n"
+    assert wait_for(marker.exists, timeout=30)
+    assert wait_for(lambda: server.proc.poll() is not None, timeout=10)

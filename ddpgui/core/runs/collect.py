@@ -31,6 +31,11 @@ def kept_outputs_dir(run_id: str) -> Path:
     return data_dir() / "outputs" / run_id
 
 
+def _kept_mark(run_id: str, node: int) -> Path:
+    """Written once a run's (node's) kept outputs are here and its host has heard so."""
+    return data_dir() / "outputs" / ".kept" / f"{run_id}.node{node}"
+
+
 class Collector:
     def __init__(self, store: RunStore, targets: TargetPool, is_local: Callable[[str], bool]):
         self.store, self.targets, self.is_local = store, targets, is_local
@@ -53,6 +58,25 @@ class Collector:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
+    def host_connected(self, host: str, release: dict | None) -> None:
+        """A new connection to ``host``: collect what it still waits for -- the runs its release names as not
+        collected, and this store's ended runs there whose kept outputs are not here yet (a client killed while
+        it collected them: the next one, whichever it is, does it)."""
+        wanted: set[tuple[str, int]] = set()
+        for name in (release or {}).get("uncollected", []) + (release or {}).get("outputs_wanted", []):
+            run_id, _, node = name.rpartition(".node")
+            wanted.add((run_id, int(node)) if run_id and node.isdigit() else (name, 0))
+        for record in self.store.list_runs(host=host):
+            if record.config.get("keep_outputs") and not record.active:
+                wanted.update((record.id, int(n)) for n in record.run_dirs if not _kept_mark(record.id, int(n)).exists())
+        for run_id, node in sorted(wanted):
+            try:
+                record = self.store.get_run(run_id)
+            except KeyError:
+                continue  # a run of another client's store: its own client collects it
+            if not record.active:
+                self.run_ended(record, node)
+
     def wait(self, timeout: float) -> None:
         """Let the collections under way finish (at most ``timeout`` seconds in all): the CLI's last act."""
         deadline = time.monotonic() + timeout
@@ -68,6 +92,9 @@ class Collector:
             if record.config.get("keep_outputs"):
                 outputs = self._keep_outputs(target, record, run_dir)
             target.collected(run_dir, self.store.offsets(record.id, node), outputs=outputs)
+            if outputs:
+                _kept_mark(record.id, node).parent.mkdir(parents=True, exist_ok=True)
+                _kept_mark(record.id, node).touch()
         except (TargetError, OSError, KeyError) as exc:
             log.warning("run %s: could not tell %s what was collected: %s", record.id, host, exc)
         finally:

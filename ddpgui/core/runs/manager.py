@@ -54,6 +54,7 @@ class RunManager:
         self._ended = threading.Condition(self._lock)
         self._sink = FollowSink(self._store_chunks, self._heartbeat, self._run_ended, self._emit)
         self.collector = Collector(store, self.targets, lambda host: host == LOCAL)
+        self.targets.on_connect = self.collector.host_connected
         self.slurm = SlurmRuns(store, self.targets, lambda run_id, record: self._emit(RunUpdate(run_id, run=record)),
                                self._announce_end, self.follow, self._drop_follow)
 

@@ -38,6 +38,9 @@ class TargetPool:
         self._deployed: set[str] = set()
         self._probes: dict[str, dict] = {}
         self._release: dict[str, dict] = {}
+        #: Called with (host, what its release said or None) after each new connection (the RunManager collects
+        #: what the host still waits for).
+        self.on_connect: Callable[[str, dict | None], None] | None = None
         self._lock = threading.RLock()
 
     @property
@@ -57,6 +60,8 @@ class TargetPool:
                 target.deploy(self.package, progress)
                 self._deployed.add(host)
                 self._push_release(host, target)
+                if self.on_connect is not None:
+                    self.on_connect(host, self._release.get(host))
             return target
 
     def _push_release(self, host: str, target: Target) -> None:
