@@ -14,7 +14,6 @@ due), its outcome in words.  It runs once per due period: a failure is said, not
 """
 from __future__ import annotations
 
-import itertools
 import subprocess
 import time
 from collections.abc import Callable
@@ -59,8 +58,6 @@ class ReleaseWatch(QObject):
         self._skew: dict[str, float] = {}  # host → this computer's clock minus the host's
         self._asked: dict[str, float] = {}  # host → when it was last asked (monotonic)
         self._taken: dict[str, object] = {}  # host → the pool's answer at connection already taken
-        self._seq = itertools.count(1)
-        self._applied: dict[str, int] = {}  # host → the newest call whose answer is shown
         self._in_flight: set[str] = set()  # hosts with a status call under way
         #: host → (what the app said, kept across the host's answers while due, until when: monotonic or None)
         self._notes: dict[str, tuple[ReleaseView, bool, float | None]] = {}
@@ -129,7 +126,7 @@ class ReleaseWatch(QObject):
                 pushed = self.targets.release_state(name)
                 if pushed is not None and pushed is not self._taken.get(name):
                     self._taken[name] = pushed  # what the host said at this connection
-                    self._answer(name, next(self._seq), "connect", pushed)
+                    self._answer(name, "connect", pushed)
                 elif name not in self._in_flight and time.monotonic() - self._asked.get(name, -1e9) >= self.poll_s:
                     self._call(name, "status")
             note = self._notes.get(name)
@@ -149,8 +146,8 @@ class ReleaseWatch(QObject):
 
     # ---- calls to the host ------------------------------------------------------------------
     def _call(self, name: str, what: str, policy: dict | None = None) -> None:
-        """``release-status`` / ``-cancel`` / ``-set`` on a worker; answers older than one shown are dropped."""
-        seq = next(self._seq)
+        """``release-status`` / ``-cancel`` / ``-set`` on a worker; an answer older than the one shown (by the host's
+        clock) is dropped."""
         if what == "status":
             self._in_flight.add(name)
         self._asked[name] = time.monotonic()
@@ -159,14 +156,13 @@ class ReleaseWatch(QObject):
             target = self.targets.target(name)
             return target.release_set(policy) if what == "set" else getattr(target, f"release_{what}")()
 
-        self._start(work, on_return=lambda status: self._answer(name, seq, what, status),
+        self._start(work, on_return=lambda status: self._answer(name, what, status),
                     on_error=lambda exc: self._failed(name, what, exc),
                     on_finish=lambda: self._in_flight.discard(name) if what == "status" else None)
 
-    def _answer(self, name: str, seq: int, what: str, status: dict) -> None:
-        if seq < self._applied.get(name, 0):
-            return  # an older call's answer, after a newer one's
-        self._applied[name] = seq
+    def _answer(self, name: str, what: str, status: dict) -> None:
+        if float(status.get("now") or 0) < float((self.status.get(name) or {}).get("now") or 0):
+            return  # an older look of the host's (what it said at the connection, taken after a Cancel's answer)
         self._asked[name] = time.monotonic()
         self._skew[name] = time.time() - float(status.get("now") or time.time())
         self.status[name] = status

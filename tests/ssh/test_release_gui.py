@@ -117,12 +117,12 @@ def test_the_countdown_is_shown_and_cancel_holds_the_release_on_the_host(app, ss
 
 
 def test_a_release_that_failed_while_the_app_was_away_is_said_at_the_next_connection(app, qtbot):
-    window = app(ReleasePolicy(command="echo 'no such pod' >&2; exit 3", after_min=0))
+    window = app(ReleasePolicy(command="echo 'no such pod' >&2; exit 3", after_min=0.1))
     window.test_connection("inst")
     qtbot.waitUntil(lambda: "inst: " in line(window), timeout=60000)
     assert "FAILED" not in line(window)  # not failed yet when the app first heard the host
     assert wait_until(lambda: state_file(app.root).get("attempts") == 1, qtbot, 30)
-    window = app(ReleasePolicy(command="echo 'no such pod' >&2; exit 3", after_min=0))  # the app opened again
+    window = app(ReleasePolicy(command="echo 'no such pod' >&2; exit 3", after_min=0.1))  # the app opened again
     window.test_connection("inst")
     qtbot.waitUntil(lambda: "FAILED" in line(window), timeout=60000)
     text = line(window)

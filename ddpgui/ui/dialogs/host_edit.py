@@ -3,7 +3,10 @@ under the form, and the field at fault marked and focused.  "Test connection" tr
 describes it, before it is saved, on a worker thread: the result (the probe in short, or the error and its hint)
 is said in the dialog, in the error colour with what to change when the host cannot run (no torch for its Python:
 the Python field is marked).  Saved after a successful test of the same connection, the profile keeps that test's
-probe (:attr:`HostEditDialog.result_probe`): the hosts list shows it as if the host had been probed."""
+probe (:attr:`HostEditDialog.result_probe`): the hosts list shows it as if the host had been probed.
+
+An SSH host's release action ("Release when idle", dialogs/release_box.py) is on a page of its own beside the
+connection's; This computer and a Slurm cluster have none (the tab bar is hidden for them)."""
 from __future__ import annotations
 
 import dataclasses
