@@ -80,10 +80,12 @@ def announce(profile: HostProfile, old: HostProfile | None, args: argparse.Names
     try:
         with _target(profile.name, args, store) as target:
             state = target.release_set(profile.release.for_host(profile.name) if profile.release else None)
+        if profile.release is None:
+            store.release_cleared(profile.name)
     except (TargetError, OSError) as exc:
         print(terminal_text(f"note: {profile.name} was not reached ({exc}); it gets the change at its next "
                             "connection (a launch, a sweep, the app)"
-                            + ("" if profile.release else ": until then its old release action stays set")),
+                            + ("" if profile.release else ": until then its old release action stays set there")),
               file=sys.stderr)
         return
     for line in status_text(state, profile.price_per_hour):

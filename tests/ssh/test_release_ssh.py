@@ -188,3 +188,22 @@ def test_overnight_the_sweep_ends_on_the_host_and_the_terminate_waits_for_the_mo
             "generated\n"
     assert wait_for(marker.exists, timeout=30)
     assert wait_for(lambda: server.proc.poll() is not None, timeout=10)
+
+
+def test_a_release_removed_while_the_host_is_away_is_cleared_at_the_next_connection(instance, tmp_path):
+    env, root, server = instance
+    code, out, err = run_cli(["hosts", "edit", "inst", "--release-command", f"touch '{tmp_path / 'released'}'",
+                              "--release-after", "600", "--accept-new-host-key"], env)
+    assert code == 0 and (root / "release" / "policy.json").exists(), err
+    server.stop()  # the host is away
+    code, out, err = run_cli(["hosts", "edit", "inst", "--no-release"], env)
+    assert code == 0, err
+    assert "was not reached" in err and "until then its old release action stays set there" in err
+    assert (root / "release" / "policy.json").exists()
+    server.start()
+    code, out, err = run_cli(["launch", "inst", "--workload", "linear", "--steps", "2", "--batch-size", "8",
+                              "--follow"], env)  # any connection of a client clears it
+    assert code == 0, err
+    assert wait_for(lambda: not (root / "release" / "policy.json").exists(), timeout=30)
+    assert wait_for(lambda: not release_watchers(root), timeout=15)
+    assert json.loads((Path(env["DDPGUI_CONFIG_DIR"]) / "release-clear.json").read_text()) == []

@@ -165,6 +165,37 @@ class HostStore:
             self._check_routes(profile.name)
             if old.secret_kind and old.secret_kind != profile.secret_kind:
                 _keyring(secrets.delete_secret, profile.name, old.secret_kind)
+            if (old.release is None) != (profile.release is None):
+                self._mark_release_clear(profile.name, old.release is not None)
+
+    # ---- a release action removed while its host keeps it -----------------------------------------
+    # The host keeps its release action until told otherwise: one removed while the host was not reached is
+    # cleared there at the next connection (the RunManager asks release_clear_pending), so a host never
+    # releases itself on an action its profile no longer has.  The names are kept beside hosts.json.
+    def _clears_path(self) -> Path:
+        return self.path.resolve().with_name("release-clear.json")
+
+    def _clears(self) -> list[str]:
+        try:
+            names = json.loads(self._clears_path().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+    def _mark_release_clear(self, name: str, pending: bool) -> None:
+        names = [n for n in self._clears() if n != name] + ([name] if pending else [])
+        self._clears_path().parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(self._clears_path()), json.dumps(names).encode("utf-8"), 0o600)
+
+    def release_clear_pending(self, name: str) -> bool:
+        """Whether ``name``'s host may still keep a release action its profile no longer has."""
+        return name in self._clears()
+
+    def release_cleared(self, name: str) -> None:
+        """The host has been told: it keeps no release action now."""
+        with locked(self.path):
+            if name in self._clears():
+                self._mark_release_clear(name, False)
 
     def rename(self, old: str, new: str) -> None:
         """Rename a profile, its keyring secrets and every jump-host reference to it."""

@@ -54,9 +54,23 @@ class RunManager:
         self._ended = threading.Condition(self._lock)
         self._sink = FollowSink(self._store_chunks, self._heartbeat, self._run_ended, self._emit)
         self.collector = Collector(store, self.targets, lambda host: host == LOCAL)
-        self.targets.on_connect = self.collector.host_connected
+        self.targets.on_connect = self._host_connected
         self.slurm = SlurmRuns(store, self.targets, lambda run_id, record: self._emit(RunUpdate(run_id, run=record)),
                                self._announce_end, self.follow, self._drop_follow)
+
+    def _host_connected(self, host: str, release: dict | None) -> None:
+        """A new connection: collect what the host waits for; clear a release action its profile no longer has."""
+        self.collector.host_connected(host, release)
+        if host != LOCAL and self.hosts.release_clear_pending(host):
+            threading.Thread(target=self._clear_release, args=(host,), daemon=True, name=f"unrelease-{host}").start()
+
+    def _clear_release(self, host: str) -> None:
+        try:
+            if self.hosts.get(host).release is None:
+                self.targets.target(host).release_set(None)
+            self.hosts.release_cleared(host)
+        except (TargetError, KeyError, OSError) as exc:
+            log.warning("%s: its old release action is still set on the host: %s", host, exc)
 
     def config_for(self, host: str, settings: dict | RunConfig) -> RunConfig:
         """The validated config of a run on ``host``: on a Slurm cluster a job (``scheduler`` slurm), whose nodes'
