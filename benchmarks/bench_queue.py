@@ -7,14 +7,13 @@ from the runs' own status.json (``ended_at`` of one, ``started_at`` of the next:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Row, median
+from benchmarks.common import Row, cpu_seconds, median, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT_CELLS = 4
@@ -34,20 +33,6 @@ def _status(root: Path, run_id: str) -> dict:
         return {}
 
 
-def _cpu_s(pid: int) -> float:
-    """The process's own CPU seconds (user + system; not its children's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _wait(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the benchmark's runs did not get there in time")
-        time.sleep(0.1)
-
-
 def _gaps(runs: list[dict]) -> list[float]:
     return [b["started_at"] - a["ended_at"] for a, b in zip(runs, runs[1:])]
 
@@ -60,13 +45,13 @@ def host_queue() -> list[Row]:
                   "config": json.dumps({"workload": "linear", "steps": 10 ** 7 if rid == "long" else 5,
                                         "run_id": rid})} for i, rid in enumerate(ids)]
         pid = _runner("queue-add", str(root), stdin={"cells": cells})["queue_pid"]
-        _wait(lambda: _status(root, "long").get("state") == "running", 120)
+        wait_until(lambda: _status(root, "long").get("state") == "running", 120)
         time.sleep(1.0)
-        before, t0 = _cpu_s(pid), time.monotonic()
+        before, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(IDLE_WINDOW_S)
-        idle = (_cpu_s(pid) - before) / (time.monotonic() - t0) * 100
+        idle = (cpu_seconds(pid) - before) / (time.monotonic() - t0) * 100
         _runner("stop", str(root / "runs" / "long"))
-        _wait(lambda: not _runner("queue-status", str(root))["running"], 300)
+        wait_until(lambda: not _runner("queue-status", str(root))["running"], 300)
         runs = [_status(root, rid) for rid in ids[1:]]
         if any(r.get("state") != "finished" for r in runs):
             raise RuntimeError(f"a queued benchmark run did not finish: {runs}")

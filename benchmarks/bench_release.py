@@ -8,14 +8,13 @@ it ran; the run's end is its status.json's ``ended_at`` (both the host's clock).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Row, median
+from benchmarks.common import Row, cpu_seconds, median, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 TRIALS = 6
@@ -29,19 +28,6 @@ def _runner(*args: str, stdin: object = None) -> dict:
                           input=None if stdin is None else (stdin if isinstance(stdin, str) else json.dumps(stdin)),
                           timeout=300, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _wait(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the benchmark did not get there in time")
-        time.sleep(0.1)
 
 
 def _status(run_dir: Path) -> dict:
@@ -68,7 +54,7 @@ def end_to_release() -> list[Row]:
             trials.append((root, run_dir, marker))
         try:
             for _root, run_dir, marker in trials:
-                _wait(marker.exists, 180)
+                wait_until(marker.exists, 180)
                 delays.append(float(marker.read_text()) - float(_status(run_dir)["ended_at"]) - IDLE_S)
         finally:
             for root, _run_dir, _marker in trials:
@@ -93,9 +79,9 @@ def watcher_cost() -> list[Row]:
         pid = int(state["watcher"])
         try:
             time.sleep(6.0)  # its first look at every run
-            before, t0 = _cpu_s(pid), time.monotonic()
+            before, t0 = cpu_seconds(pid), time.monotonic()
             time.sleep(WATCH_WINDOW_S)
-            cost = (_cpu_s(pid) - before) / (time.monotonic() - t0) * 100
+            cost = (cpu_seconds(pid) - before) / (time.monotonic() - t0) * 100
         finally:
             _runner("release-set", str(root), stdin={"policy": None})
     return [Row("release watcher CPU while it waits", cost, "% of core", "<= 0.5", cost <= 0.5,
