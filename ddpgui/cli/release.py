@@ -12,12 +12,13 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..core.hosts import HostProfile, HostStore
 from ..core.hosts.release import PRESETS, ReleasePolicy, preset_policy, status_text
 from ..core.targets.base import Target, TargetError
-from ..core.targets.zipapp import build_runner
-from .common import CLIError, open_cli_target, terminal_text
+from .common import CLIError, open_manager, terminal_text
 
 
 def release_options(p: argparse.ArgumentParser) -> None:
@@ -78,7 +79,7 @@ def announce(profile: HostProfile, old: HostProfile | None, args: argparse.Names
                   + ("after the hours you gave" if profile.release.destroy_uncollected_after_h is not None else
                      "never: the release waits for it"), file=sys.stderr)
     try:
-        with _target(profile.name, args, store) as target:
+        with _target(profile.name, args) as target:
             state = target.release_set(profile.release.for_host(profile.name) if profile.release else None)
         if profile.release is None:
             store.release_cleared(profile.name)
@@ -92,23 +93,12 @@ def announce(profile: HostProfile, old: HostProfile | None, args: argparse.Names
         print(terminal_text(line))
 
 
-class _target:
-    """A connected target with the runner deployed (the release commands are the runner's)."""
-
-    def __init__(self, name: str, args: argparse.Namespace, store: HostStore | None = None):
-        self.name, self.args, self.store = name, args, store
-
-    def __enter__(self) -> Target:
-        self.target = open_cli_target(self.name, self.args, self.store)
-        try:
-            self.target.deploy(build_runner())
-        except BaseException:
-            self.target.close()
-            raise
-        return self.target
-
-    def __exit__(self, *exc: object) -> None:
-        self.target.close()
+@contextmanager
+def _target(name: str, args: argparse.Namespace) -> Iterator[Target]:
+    """The host through the run manager's pool, as every command reaches one: connected, the runner deployed, the
+    profile's action sent at the connection, and what the host waits for collected before the command ends."""
+    with open_manager(args) as manager:
+        yield manager.targets.target(name)
 
 
 def _profile(name: str) -> HostProfile:
