@@ -343,11 +343,9 @@ class RunsTable(QWidget):
         return [self.model.run_at(r).id for r in sorted(rows)]
 
     def select_run(self, run_id: str) -> None:
-        row = self.model.row_of(run_id)
-        if row >= 0:
-            index = self.proxy.mapFromSource(self.model.index(row, 0))
-            self.view.selectRow(index.row())
-            self.view.setCurrentIndex(index)
+        """This run alone selected and current, whatever keys are held (QTableView.selectRow would add to the
+        selection while Ctrl is down, or after a Ctrl-click Qt still remembers)."""
+        self.select_runs([run_id])
 
     def select_runs(self, run_ids: list[str]) -> None:
         """Select these runs (the first one current); ids not in the table are left out."""
