@@ -23,6 +23,9 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 INFERENCE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+#: A built-in workload's size: "small" takes seconds on a CPU, "large" keeps one GPU busy; "auto" is large on a
+#: GPU, small elsewhere (remote_runner.workloads.resolve_model_size).
+MODEL_SIZES = ("auto", "small", "large")
 #: The run settings a user's script can be given, in its framework's words or the user's mapping.
 SCRIPT_SETTINGS = ("compile", "precision", "batch_size")
 _ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$")
@@ -121,6 +124,8 @@ class RunConfig:
     name: str = ""
     mode: str = "train"
     workload: str = "mlp"
+    #: The built-in workload's size (MODEL_SIZES); a user's script ignores it.
+    model_size: str = "auto"
     nproc_per_node: int = 1
     nnodes: int = 1
     node_rank: int = 0
@@ -172,6 +177,7 @@ class RunConfig:
             raise ConfigError("schema", "this runner reads schema %d, got %r" % (SCHEMA_VERSION, self.schema))
         _one_of("mode", self.mode, MODES)
         _one_of("workload", self.workload, WORKLOADS)
+        _one_of("model_size", self.model_size, MODEL_SIZES)
         _one_of("backend", self.backend, BACKENDS)
         _one_of("device", self.device, DEVICES)
         _one_of("compile", self.compile, COMPILE_MODES)

@@ -33,7 +33,7 @@ def infer(cfg: RunConfig, run_dir: str, env: Env) -> None:
     batch = batch.to(env.device)
     log = RunLog(run_dir) if env.master else NullLog()
     log.event("inference_start", world_size=env.world_size, backend=env.backend, device=env.kind,
-              gpu_name=env.gpu_name, compile=cfg.compile, workload=cfg.workload, params=work.params,
+              gpu_name=env.gpu_name, compile=cfg.compile, workload=cfg.workload, model_size=work.size, params=work.params,
               batch_size=cfg.batch_size, precisions=cfg.inference_precisions)
     for precision in cfg.inference_precisions:
         forward: Optional[Callable[[torch.Tensor], object]] = None

@@ -1,10 +1,13 @@
-"""The built-in workloads: small models and synthetic datasets, deterministic from the seed.
+"""The built-in workloads: models at two sizes and synthetic datasets, deterministic from the seed.
 
 Every dataset is a real ``torch.utils.data.Dataset`` of ``cfg.dataset_size``
 samples, so DistributedSampler, epochs and DataLoader workers behave as they
 do with real data.  Each target is a function of its input (a fixed random
 "teacher", a class template, an arithmetic sequence), so the loss really falls.
-The models are small enough that a 2-process CPU run of 30 steps takes seconds.
+"small" models are small enough that a 2-process CPU run of 30 steps takes seconds; "large" ones keep one GPU
+busy (``make gpu-check`` on an H200 ran the small transformer at 11-15 % GPU utilisation with bf16 slower than
+fp32: kernel launches, not arithmetic, set its pace, so a precision or compile comparison measured nothing).
+``cfg.model_size`` "auto" (the default) is large on a CUDA or XPU device and small elsewhere.
 """
 import copy
 from dataclasses import dataclass
@@ -20,6 +23,18 @@ LINEAR_IN, LINEAR_OUT = 64, 10
 MLP_IN, MLP_HIDDEN, MLP_LAYERS, MLP_CLASSES = 128, 256, 3, 10
 GPT_VOCAB, GPT_SEQ, GPT_D, GPT_LAYERS, GPT_HEADS = 256, 64, 128, 2, 4
 CNN_CLASSES, CNN_SIZE = 10, 32
+#: Each workload's dimensions per size.  Large: the transformer is GPT-2 small's body (d 768, 12 heads, 6 layers,
+#: 256 tokens; about 43 M parameters, about 4 GB at batch 32 in fp32 with AdamW: an 8 GB GPU holds it).
+SIZES = {
+    "small": {"linear": {"in_dim": LINEAR_IN, "out_dim": LINEAR_OUT},
+              "mlp": {"in_dim": MLP_IN, "hidden": MLP_HIDDEN, "layers": MLP_LAYERS},
+              "transformer": {"seq_len": GPT_SEQ, "d_model": GPT_D, "layers": GPT_LAYERS, "heads": GPT_HEADS},
+              "cnn": {"widths": (16, 32, 64)}},
+    "large": {"linear": {"in_dim": 1024, "out_dim": 256},
+              "mlp": {"in_dim": 1024, "hidden": 4096, "layers": 4},
+              "transformer": {"seq_len": 256, "d_model": 768, "layers": 6, "heads": 12},
+              "cnn": {"widths": (64, 128, 256)}},
+}
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -35,49 +50,61 @@ class Workload:
     tokens_per_sample: Optional[int]
     #: Forward + backward FLOPs of one training sample, for TFLOP/s and MFU; None when unknown.
     flops_per_sample: Optional[float]
+    #: The size it was built at ("small" or "large": SIZES).
+    size: str = "small"
 
     @property
     def params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
 
+def resolve_model_size(requested: str, device_type: str) -> str:
+    """The size a run builds: what it asked for, or for "auto" large on a GPU (CUDA, XPU), small elsewhere (a CPU,
+    Apple's MPS: a laptop's)."""
+    if requested != "auto":
+        return requested
+    return "large" if device_type in ("cuda", "xpu") else "small"
+
+
 def build_workload(cfg, device: torch.device) -> Workload:
-    """The workload ``cfg.workload`` with its model on ``device``; seed the global RNG first
-    (the model init draws from it, so every rank builds the same model)."""
+    """The workload ``cfg.workload`` at ``cfg.model_size`` (resolved for ``device``) with its model on ``device``;
+    seed the global RNG first (the model init draws from it, so every rank builds the same model)."""
     builders = {"linear": _linear, "mlp": _mlp, "transformer": _transformer, "cnn": _cnn}
-    work = builders[cfg.workload](cfg)
+    size = resolve_model_size(getattr(cfg, "model_size", "auto"), device.type)
+    work = builders[cfg.workload](cfg, **SIZES[size][cfg.workload])
     work.model.to(device)
+    work.size = size
     return work
 
 
-def _linear(cfg) -> Workload:
+def _linear(cfg, in_dim: int, out_dim: int) -> Workload:
     gen = torch.Generator().manual_seed(cfg.seed)
-    weight = torch.randn(LINEAR_IN, LINEAR_OUT, generator=gen)
-    x = torch.randn(cfg.dataset_size, LINEAR_IN, generator=gen)
-    y = x @ weight + 0.1 * torch.randn(cfg.dataset_size, LINEAR_OUT, generator=gen)
-    model = nn.Linear(LINEAR_IN, LINEAR_OUT)
+    weight = torch.randn(in_dim, out_dim, generator=gen)
+    x = torch.randn(cfg.dataset_size, in_dim, generator=gen)
+    y = x @ weight + 0.1 * torch.randn(cfg.dataset_size, out_dim, generator=gen)
+    model = nn.Linear(in_dim, out_dim)
     dataset = TensorDataset(x, y)
     return Workload(model, dataset, F.mse_loss, None, counted_flops(model, dataset, F.mse_loss))
 
 
-def _mlp(cfg) -> Workload:
+def _mlp(cfg, in_dim: int, hidden: int, layers: int) -> Workload:
     gen = torch.Generator().manual_seed(cfg.seed)
-    teacher = torch.randn(MLP_IN, MLP_CLASSES, generator=gen)
-    x = torch.randn(cfg.dataset_size, MLP_IN, generator=gen)
+    teacher = torch.randn(in_dim, MLP_CLASSES, generator=gen)
+    x = torch.randn(cfg.dataset_size, in_dim, generator=gen)
     dataset = TensorDataset(x, (x @ teacher).argmax(dim=1))
-    model = MLP()
+    model = MLP(in_dim, hidden, layers)
     return Workload(model, dataset, F.cross_entropy, None, counted_flops(model, dataset, F.cross_entropy))
 
 
-def _transformer(cfg) -> Workload:
-    model = TinyGPT()
+def _transformer(cfg, seq_len: int, d_model: int, layers: int, heads: int) -> Workload:
+    model = TinyGPT(seq_len=seq_len, d_model=d_model, layers=layers, heads=heads)
     model.grad_checkpointing = cfg.grad_checkpointing
-    dataset = ArithmeticSequences(cfg.dataset_size, cfg.seed)
-    return Workload(model, dataset, lm_loss, GPT_SEQ, model.flops_per_token() * GPT_SEQ)
+    dataset = ArithmeticSequences(cfg.dataset_size, cfg.seed, seq_len=seq_len)
+    return Workload(model, dataset, lm_loss, seq_len, model.flops_per_token() * seq_len)
 
 
-def _cnn(cfg) -> Workload:
-    model = SmallResNet()
+def _cnn(cfg, widths: tuple) -> Workload:
+    model = SmallResNet(widths=widths)
     dataset = NoisyTemplates(cfg.dataset_size, cfg.seed)
     return Workload(model, dataset, F.cross_entropy, None, counted_flops(model, dataset, F.cross_entropy))
 
@@ -189,7 +216,7 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """A small GPT-style causal language model (about 0.47 M parameters by default)."""
+    """A GPT-style causal language model (about 0.47 M parameters small, 43 M large: SIZES)."""
 
     def __init__(self, vocab: int = GPT_VOCAB, seq_len: int = GPT_SEQ, d_model: int = GPT_D,
                  layers: int = GPT_LAYERS, heads: int = GPT_HEADS):

@@ -12,6 +12,7 @@ from remote_runner.config import (
     BACKENDS,
     COMPILE_MODES,
     INFERENCE_PRECISIONS,
+    MODEL_SIZES,
     OPTIMIZERS,
     PRECISIONS,
     WORKLOADS,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 #: Launch options that set one config field each (option dest → field); ``ddpgui sweep`` takes each as a list.
 SCALAR_SETTINGS = {
-    "mode": "mode", "workload": "workload", "nproc": "nproc_per_node", "nnodes": "nnodes", "backend": "backend",
+    "mode": "mode", "workload": "workload", "model_size": "model_size", "nproc": "nproc_per_node", "nnodes": "nnodes", "backend": "backend",
     "compile": "compile", "precision": "precision", "batch_size": "batch_size", "grad_accum": "grad_accum", "lr": "lr",
     "optimizer": "optimizer", "seed": "seed", "warmup_steps": "warmup_steps", "workers": "num_workers",
     "log_every": "log_every", "steps": "steps", "epochs": "epochs", "minutes": "minutes",
@@ -69,6 +70,9 @@ def add_launch_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arg", action="append", type=arg_pair, metavar="--NAME=VALUE",
                    help="a named argument for your script, passed as --NAME=VALUE (ddpgui sweep: --NAME=A,B is an "
                         "axis); fixed arguments go after --")
+    p.add_argument("--model-size", choices=MODEL_SIZES, default=None,
+                   help="the built-in workload's size: small takes seconds on a CPU, large keeps a GPU busy (the "
+                        "transformer: 0.5 M or 43 M parameters); auto (default): large on a GPU, small elsewhere")
     p.add_argument("--mode", choices=("train", "inference"), default=None)
     p.add_argument("--inference-precisions", default=None, help=f"comma list of {','.join(INFERENCE_PRECISIONS)}")
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs) per node")

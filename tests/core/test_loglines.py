@@ -112,3 +112,10 @@ def test_a_log_is_shown_without_the_escape_sequences_of_bars_and_colours():
     assert log_text(tqdm) == "Epoch 2: 100%|\u2588\u2588| 10/10 [00:00<00:00, 92.25it/s, train_loss=0.00343]\n\n"
     assert log_text(rich) == "\rEpoch 0/1  \u2501\u2501 3/8 v_num: 0.000\n"
     assert log_text(b"caf\xc3\xa9 \xff ok\n") == "caf\u00e9 \ufffd ok\n"  # undecodable bytes shown, not dropped
+
+
+def test_the_training_line_says_the_model_size_a_run_built():
+    event = {"seq": 1, "t": T0, "event": "train_start", "backend": "nccl", "gpu_name": "NVIDIA H200",
+             "workload": "transformer", "model_size": "large", "params": 43_118_592, "global_batch": 32}
+    (line,) = event_lines(event)
+    assert line.endswith("training · nccl on NVIDIA H200 · 43,118,592 parameters (large transformer) · global batch 32")

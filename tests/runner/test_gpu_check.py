@@ -57,6 +57,24 @@ def test_a_run_that_fails_fails_its_section_with_the_runner_s_words(tmp_path):
     assert run["state"] == "failed" and "tf32" in run["message"]
 
 
+def test_it_runs_where_nothing_of_ddpgui_is_installed(tmp_path):
+    """As on a bare GPU image (torch there, ddpgui not installed): the first H200 run's nvml section failed with
+    "No module named 'remote_runner'". ``-S`` leaves out this venv's .pth files (the editable install's finder);
+    PYTHONPATH gives back site-packages alone, so torch imports and remote_runner only from the checkout."""
+    import sysconfig
+
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, "-S", str(SCRIPT), "--out", str(out), "--cpu-smoke", "--only", "nvml"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": sysconfig.get_paths()["purelib"]})
+    report = json.loads(out.read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["sections"]["probe"]["ok"] is True
+    nvml = report["sections"]["nvml"]
+    assert "error" not in nvml or nvml["error"] == "", nvml  # opened, or (no NVIDIA driver here) said it did not
+    assert nvml["ok"] in (None, True)
+
+
 def test_a_budget_too_small_skips_sections_and_says_why(tmp_path):
     proc, report = _check(tmp_path, "--cpu-smoke", "--budget", "5", "--only", "inference")
     assert proc.returncode == 0

@@ -134,3 +134,42 @@ def test_a_few_steps_reduce_the_loss(workload):
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+def test_auto_size_is_large_on_a_gpu_and_small_elsewhere():
+    from remote_runner.workloads import resolve_model_size
+
+    assert [resolve_model_size("auto", d) for d in ("cuda", "xpu", "cpu", "mps")] == ["large", "large", "small", "small"]
+    assert resolve_model_size("small", "cuda") == "small" and resolve_model_size("large", "cpu") == "large"
+    assert _build("transformer").size == "small"  # this CPU: the sizes every other test here counts
+
+
+def test_large_sizes_build_train_and_are_the_documented_models():
+    """The size make gpu-check found a GPU needs (the small transformer left an H200 launch-bound): GPT-2 small's
+    body for the transformer, counted layer by layer; every workload's large model takes a training step."""
+    d, ff, layers, seq = 768, 3072, 6, 256
+    per_layer = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d)
+    expected = {"transformer": (GPT_VOCAB * d + seq * d) + layers * per_layer + 2 * d + d * GPT_VOCAB,
+                "mlp": (1024 * 4096 + 4096) + 3 * (4096 * 4096 + 4096) + (4096 * 10 + 10),
+                "linear": 1024 * 256 + 256}
+    for workload in WORKLOADS:
+        small, large = _build(workload), _build(workload, model_size="large")
+        assert large.size == "large" and large.params > 10 * small.params, workload
+        if workload in expected:
+            assert large.params == expected[workload], workload
+        x, y = _batch(large.dataset, 2)
+        loss = large.loss_fn(large.model(x), y)
+        loss.backward()
+        assert torch.isfinite(loss), workload
+        assert large.flops_per_sample > 10 * small.flops_per_sample, workload
+    transformer = _build("transformer", model_size="large")
+    assert transformer.tokens_per_sample == seq and transformer.dataset[0][0].shape == (seq,)
+    assert 42e6 < transformer.params < 44e6  # the "43 M" the form's tooltip and the CLI's help say
+
+
+def test_a_model_size_that_does_not_exist_is_refused_by_name():
+    from remote_runner.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        RunConfig(model_size="huge")
+    assert refused.value.field == "model_size" and "huge" in str(refused.value)

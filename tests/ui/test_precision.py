@@ -50,3 +50,22 @@ def test_inline_validation_names_the_field(window):
     assert "env" in panel.error.text()
     panel.env.setPlainText("OMP_NUM_THREADS=1")
     assert panel.launch_button.isEnabled()
+
+
+def test_the_model_size_is_an_advanced_setting_of_built_in_workloads(window):
+    """The size make gpu-check found a GPU needs: in Advanced for a built-in workload, carried into the run's
+    settings and back by Duplicate; a user's script has no such row."""
+    panel = window.launch_panel
+    panel.workload.setCurrentText("transformer")
+    assert "model_size" not in panel.settings()  # Advanced closed: the runner's "auto" (large on a GPU)
+    panel.advanced.setChecked(True)
+    assert panel.advanced_form.isRowVisible(panel.model_size) and panel.model_size.currentText() == "auto"
+    assert "43 M" in panel.model_size.toolTip() and "GPU" in panel.model_size.toolTip()
+    panel.model_size.setCurrentText("large")
+    settings = panel.settings()
+    assert settings["model_size"] == "large" and panel.launch_button.isEnabled()
+    panel.model_size.setCurrentText("auto")
+    panel.apply_settings(settings)
+    assert panel.model_size.currentText() == "large" and panel.advanced.isChecked()
+    panel.workload.setCurrentText("my own script")
+    assert not panel.advanced_form.isRowVisible(panel.model_size) and "model_size" not in panel.settings()

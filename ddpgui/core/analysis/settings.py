@@ -12,13 +12,13 @@ from ..hosts.profiles import host_display_name
 #: Config keys that do not change what a run measures: runs that differ only in these are repeats
 #: (identity, the seed, and the operational timeouts and sampling interval).
 REPEAT_KEYS = frozenset({"schema", "run_id", "name", "tags", "seed", "node_rank", "rdzv_endpoint", "rdzv_timeout_s",
-                         "rank_failure_timeout_s", "stop_grace_s", "telemetry_interval_s"})
+                         "rank_failure_timeout_s", "stop_grace_s", "telemetry_interval_s", "keep_outputs"})
 #: The key that names a run's hosts in a setting (hosts are a setting: another machine, another result).
 HOSTS_KEY = "hosts"
 
 
 #: What a built-in workload reads and a user's script does not: left out of a script run's settings.
-_BUILT_IN_ONLY = frozenset({"workload", "inference_precisions", "grad_accum", "dataset_size", "lr", "optimizer",
+_BUILT_IN_ONLY = frozenset({"workload", "model_size", "inference_precisions", "grad_accum", "dataset_size", "lr", "optimizer",
                             "warmup_steps", "grad_checkpointing", "num_workers", "log_every"})
 
 
@@ -29,6 +29,8 @@ def settings_of(config: dict, hosts: Sequence[str] = ()) -> dict:
     entry file, its arguments (each named one a setting: ``--lr``) and those of compile, precision and batch
     size it was given; where it runs from (an upload) and what a built-in workload reads are no settings."""
     out = {k: v for k, v in config.items() if k not in REPEAT_KEYS}
+    if out.get("model_size") == "auto":  # the default, as a run stored before sizes existed (no key) had it
+        del out["model_size"]
     for name, value in (out.pop("env", None) or {}).items():
         out[name if name not in config else f"env {name}"] = value
     if out.get("mode") == "script":

@@ -58,7 +58,8 @@ def event_lines(event: dict, run: RunRecord | None = None) -> list[str]:
     if name == "train_start":
         parts = [f"{event.get('backend', '?')} on {event.get('gpu_name') or event.get('device', '?')}"]
         if event.get("params") is not None:
-            parts.append(f"{event['params']:,} parameters")
+            size = f" ({event['model_size']} {event.get('workload') or 'model'})" if event.get("model_size") else ""
+            parts.append(f"{event['params']:,} parameters{size}")
         if event.get("global_batch") is not None:
             parts.append(f"global batch {event['global_batch']}")
         return [_line(t, "training · " + " · ".join(parts))]

@@ -39,6 +39,7 @@ from ddpgui.core.slurm.partitions import request_problems
 from remote_runner.config import (
     BACKENDS,
     COMPILE_MODES,
+    MODEL_SIZES,
     OPTIMIZERS,
     PRECISIONS,
     WORKLOADS,
@@ -118,6 +119,8 @@ class LaunchPanel(FieldMarks, QWidget):
         self.name = QLineEdit(objectName="run_name", placeholderText="default: workload, processes, precision")
         self.tags = QLineEdit(objectName="run_tags", placeholderText="comma-separated")
         self.advanced = QGroupBox("Advanced", checkable=True, checked=False, objectName="advanced")
+        self.model_size = QComboBox(objectName="model_size")
+        self.model_size.addItems(MODEL_SIZES)
         self.lr = QDoubleSpinBox(decimals=6, minimum=1e-6, maximum=10.0, singleStep=1e-4, value=1e-3)
         self.optimizer = QComboBox()
         self.optimizer.addItems(OPTIMIZERS)
@@ -134,7 +137,7 @@ class LaunchPanel(FieldMarks, QWidget):
         self.advanced_body = QWidget(self.advanced, objectName="advanced_body", visible=False)
         QVBoxLayout(self.advanced, contentsMargins=QMargins()).addWidget(self.advanced_body)  # shown/hidden whole
         adv = QFormLayout(self.advanced_body)
-        for label, widget in (("Learning rate", self.lr), ("Optimizer", self.optimizer),
+        for label, widget in (("Model size", self.model_size), ("Learning rate", self.lr), ("Optimizer", self.optimizer),
                               ("Gradient accumulation", self.grad_accum), ("DataLoader workers", self.num_workers),
                               ("Seed", self.seed), ("Backend", self.backend), ("Warm-up steps", self.warmup),
                               ("Environment", self.env), ("Outputs folder", self.outputs_dir), ("", self.keep_outputs),
@@ -210,7 +213,7 @@ class LaunchPanel(FieldMarks, QWidget):
         layout.addWidget(self.launch_button)
 
         for signal in (self.workload.currentTextChanged, self.nproc.valueChanged, self.nnodes.valueChanged,
-                       self.compile.currentTextChanged,
+                       self.compile.currentTextChanged, self.model_size.currentTextChanged,
                        self.precision.currentTextChanged, self.batch.valueChanged, self.length.valueChanged,
                        self.length_unit.currentTextChanged, self.name.textChanged, self.tags.textChanged,
                        self.script_dir.textChanged, self.script_entry.textChanged, self.script_args.textChanged,
@@ -328,6 +331,8 @@ class LaunchPanel(FieldMarks, QWidget):
                 if line.strip():
                     key, _, value = line.partition("=")
                     env[key.strip()] = value.strip()
+            if "workload" in settings:
+                settings["model_size"] = self.model_size.currentText()
             settings.update(lr=self.lr.value(), optimizer=self.optimizer.currentText(),
                             grad_accum=self.grad_accum.value(), num_workers=self.num_workers.value(),
                             seed=self.seed.value(), backend=self.backend.currentText(),
@@ -373,7 +378,7 @@ class LaunchPanel(FieldMarks, QWidget):
         advanced = {"lr": self.lr.setValue, "grad_accum": self.grad_accum.setValue,
                     "num_workers": self.num_workers.setValue, "seed": self.seed.setValue,
                     "warmup_steps": self.warmup.setValue, "optimizer": self.optimizer.setCurrentText,
-                    "backend": self.backend.setCurrentText}
+                    "backend": self.backend.setCurrentText, "model_size": self.model_size.setCurrentText}
         for key, setter in advanced.items():
             if key in settings:
                 setter(settings[key])
@@ -390,6 +395,7 @@ class LaunchPanel(FieldMarks, QWidget):
         self.script_settings.set_mode(self.workload.currentText() == SCRIPT)
         for widget in (self.reading.loss_series, self.reading.button):
             self.advanced_form.setRowVisible(widget, self.workload.currentText() == SCRIPT)
+        self.advanced_form.setRowVisible(self.model_size, self.workload.currentText() != SCRIPT)
         self._offer_script_length(self.workload.currentText() == SCRIPT)
         nnodes = self.nnodes.value() if self.cluster is not None else len(self.nodes)
         world = self.nproc.value() * nnodes
