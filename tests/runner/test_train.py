@@ -30,7 +30,8 @@ def assert_clean_metrics(result, steps, world_size):
 # Each workload once, each process count twice: a run is mostly torchrun's start-up, and the pairs add nothing
 @pytest.mark.parametrize("workload, nproc", [("linear", 1), ("mlp", 2), ("transformer", 1), ("cnn", 2)])
 def test_workload_trains(torchrun, workload, nproc):
-    result = torchrun(dict(BASE, workload=workload), nproc)
+    size = "large" if workload == "linear" else "auto"  # the GPU size through a real run where it is cheap on a CPU
+    result = torchrun(dict(BASE, workload=workload, model_size=size), nproc)
     metrics = assert_clean_metrics(result, BASE["steps"], nproc)
     assert all(m["global_batch"] == 8 * nproc and m["phase"] == "train" for m in metrics)
     assert [m["warmup"] for m in metrics[:4]] == [True, True, True, False]
@@ -39,6 +40,8 @@ def test_workload_trains(torchrun, workload, nproc):
     start, = result.events_named("train_start")
     assert (start["world_size"], start["backend"], start["device"]) == (nproc, "gloo", "cpu")
     assert start["workload"] == workload and start["params"] > 0
+    assert start["model_size"] == ("large" if size == "large" else "small")  # auto: small on a CPU
+    assert (start["params"] == 1024 * 256 + 256) == (size == "large")
     assert [e["step"] for e in result.events_named("warmup_done")] == [3]
     summary, = result.events_named("summary")
     assert summary["steps"] == BASE["steps"] and summary["final_loss"] == metrics[-1]["loss"]
