@@ -224,6 +224,9 @@ def settings_shots(look: Path | None) -> None:
     panel = window.launch_panel
     panel.workload.setCurrentText(SCRIPT)
     panel.script_dir.setText(str(hf))
+    panel.script_entry.setText("train.py")  # the whole set's window remembers the script shots' entry file
+    panel.advanced.setChecked(False)
+    window.dashboard.set_run(None)
     panel.script_args.setText("--output_dir out --max_steps 40")
     panel.nproc.setValue(2)
     panel.precision.setCurrentText("bf16")
