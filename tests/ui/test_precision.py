@@ -64,6 +64,12 @@ def test_the_model_size_is_an_advanced_setting_of_built_in_workloads(window):
     panel.model_size.setCurrentText("large")
     settings = panel.settings()
     assert settings["model_size"] == "large" and panel.launch_button.isEnabled()
+    assert not panel.hint.isVisible()  # This computer not probed yet: it may have a GPU
+    window.set_probe("local", {"schema": 1, "hostname": "laptop", "cpu_count": 8, "best_device": "cpu", "gpus": [],
+                               "torch": {"version": "2.5.1+cpu"}, "problems": []})
+    assert panel.hint.isVisible() and "sized for a GPU" in panel.hint.text() and panel.launch_button.isEnabled()
+    window.set_probe("local", V100_PROBE)
+    assert not panel.hint.isVisible()  # a GPU host: large is what auto gives it
     panel.model_size.setCurrentText("auto")
     panel.apply_settings(settings)
     assert panel.model_size.currentText() == "large" and panel.advanced.isChecked()

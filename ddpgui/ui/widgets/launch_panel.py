@@ -34,6 +34,7 @@ from ddpgui.core.gpus.launching import without_gpu_env
 from ddpgui.core.hosts.precisions import precision_problems
 from ddpgui.core.hosts.slurm_options import SlurmOptions
 from ddpgui.core.names import run_label_problem
+from ddpgui.core.runs.advice import launch_advice
 from ddpgui.core.runs.multinode import max_processes
 from ddpgui.core.slurm.partitions import request_problems
 from remote_runner.config import (
@@ -432,12 +433,11 @@ class LaunchPanel(FieldMarks, QWidget):
         self.error.setToolTip(error)
         self.error.setVisible(bool(error))
         self._mark(field if error else None, error, hint)
-        gpus = uses_gpus(self.cluster) if self.cluster is not None else bool(self.probe and self.probe.get("gpus"))
+        gpus = uses_gpus(self.cluster) if self.cluster is not None else self.probe and bool(self.probe.get("gpus"))
         if hint:
             hint = f"Hint: {hint}"
-        elif gpus and 0 < global_batch < 32 * world:
-            hint = (f"A global batch of {global_batch} is small for {world} GPUs: they will mostly wait on "
-                    "communication. Try a larger batch per GPU.")
+        else:
+            hint = launch_advice(checked, world, global_batch, gpus)
         self.hint.setText(hint)
         self.hint.setVisible(bool(hint))
         self.cost.setText(self._cost_text())
