@@ -138,7 +138,8 @@ class TrainLog(RunLog):
         self.steady_samples, self.steady_s = 0, 0.0
         self.event("train_start", world_size=env.world_size, backend=env.backend, device=env.kind,
                    gpu_name=env.gpu_name, precision=cfg.precision, compile=cfg.compile, workload=cfg.workload,
-                   model_size=work.size, params=work.params, global_batch=self.global_batch, tokens_per_sample=work.tokens_per_sample,
+                   model_size=work.size, params=work.params, global_batch=self.global_batch,
+                   tokens_per_sample=work.tokens_per_sample,
                    grad_checkpointing=cfg.grad_checkpointing and cfg.workload == "transformer",
                    steps_per_epoch=steps_per_epoch, total_steps=total_steps)
         if self.compiled:

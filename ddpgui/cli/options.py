@@ -30,10 +30,10 @@ if TYPE_CHECKING:
 
 #: Launch options that set one config field each (option dest → field); ``ddpgui sweep`` takes each as a list.
 SCALAR_SETTINGS = {
-    "mode": "mode", "workload": "workload", "model_size": "model_size", "nproc": "nproc_per_node", "nnodes": "nnodes", "backend": "backend",
-    "compile": "compile", "precision": "precision", "batch_size": "batch_size", "grad_accum": "grad_accum", "lr": "lr",
-    "optimizer": "optimizer", "seed": "seed", "warmup_steps": "warmup_steps", "workers": "num_workers",
-    "log_every": "log_every", "steps": "steps", "epochs": "epochs", "minutes": "minutes",
+    "mode": "mode", "workload": "workload", "model_size": "model_size", "nproc": "nproc_per_node", "nnodes": "nnodes",
+    "backend": "backend", "compile": "compile", "precision": "precision", "batch_size": "batch_size",
+    "grad_accum": "grad_accum", "lr": "lr", "optimizer": "optimizer", "seed": "seed", "warmup_steps": "warmup_steps",
+    "workers": "num_workers", "log_every": "log_every", "steps": "steps", "epochs": "epochs", "minutes": "minutes",
 }
 
 

@@ -18,8 +18,8 @@ HOSTS_KEY = "hosts"
 
 
 #: What a built-in workload reads and a user's script does not: left out of a script run's settings.
-_BUILT_IN_ONLY = frozenset({"workload", "model_size", "inference_precisions", "grad_accum", "dataset_size", "lr", "optimizer",
-                            "warmup_steps", "grad_checkpointing", "num_workers", "log_every"})
+_BUILT_IN_ONLY = frozenset({"workload", "model_size", "inference_precisions", "grad_accum", "dataset_size", "lr",
+                            "optimizer", "warmup_steps", "grad_checkpointing", "num_workers", "log_every"})
 
 
 def settings_of(config: dict, hosts: Sequence[str] = ()) -> dict:

@@ -19,8 +19,8 @@ TIPS = {
     "length_unit": "Count the length in steps, epochs or minutes of training",
     "name": "A name for the run in the runs table (empty: made of workload, processes and precision)",
     "tags": "Comma-separated tags to find and group runs by",
-    "advanced": "More settings: model size, learning rate, optimizer, gradient accumulation, data loading, seed, backend, "
-                "warm-up, environment",
+    "advanced": "More settings: model size, learning rate, optimizer, gradient accumulation, data loading, seed, "
+                "backend, warm-up, environment",
     "model_size": ("The built-in workload's size: small takes seconds on a CPU, large keeps a GPU busy (the "
                    "transformer: 0.5 M or 43 M parameters); auto: large on a GPU, small elsewhere"),
     "lr": "The optimizer's learning rate",
