@@ -89,3 +89,23 @@ def test_without_a_gpu_the_check_says_there_is_nothing_to_check(tmp_path):
     assert proc.returncode == 2
     assert report["ok"] is None and "no NVIDIA GPU" in report["reason"]
     assert report["sections"]["probe"]["gpus"] == []
+
+
+def test_a_compile_mode_cut_by_the_time_budget_is_skipped_in_words_not_failed(tmp_path, monkeypatch):
+    """max-autotune compiled for 209 s on the H200: where the budget ends first, the section says so and passes."""
+    sys.path.insert(0, str(REPO))
+    try:
+        import benchmarks.gpu_check as gpu_check
+    finally:
+        sys.path.remove(str(REPO))
+    finished = {"state": "finished", "steady_tokens_per_s": 1000.0, "compile_s": None, "mfu": None}
+
+    def run_runner(config, timeout, root):  # what run_runner returns for a run it killed at its timeout
+        return {"state": "timed out", "rc": None} if config["compile"] == "max-autotune" else dict(finished)
+
+    monkeypatch.setattr(gpu_check, "run_runner", run_runner)
+    check = gpu_check.Check(False, gpu_check.Budget(400), tmp_path)
+    section = check.compile(240)
+    assert section["ok"] is True and section["rows"]["default"]["speedup_vs_eager"] == 1.0
+    cut = section["runs"]["max-autotune"]
+    assert cut["state"] == "skipped" and "--budget" in cut["message"] and "240 s" in cut["message"]
