@@ -237,10 +237,6 @@ class HostFollower(threading.Thread):
             self._store_failed(follow, exc)
         else:
             self._store_errors.pop(key, None)
-            if self._store_problem and any(isinstance(m, Chunk) for m in messages):
-                self._store_problem, self._store_failures = "", 0
-                log.warning("the run store works again; following goes on")
-                self.sink.emit(RunUpdate(run_id="", host=self.host, store=""))
 
     def _deliver(self, follow: _Follow, messages: list) -> None:
         chunks = [m for m in messages if isinstance(m, Chunk)]
@@ -252,6 +248,10 @@ class HostFollower(threading.Thread):
                 # from what the store holds.
                 self._restart(follow)
                 return
+            if self._store_problem:  # said before the run's end is handled: `follow` exits at the end
+                self._store_problem, self._store_failures = "", 0
+                log.warning("the run store works again; following goes on")
+                self.sink.emit(RunUpdate(run_id="", host=self.host, store=""))
         for message in messages:
             if isinstance(message, End):
                 self._finish(follow, message)
