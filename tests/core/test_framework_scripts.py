@@ -61,7 +61,7 @@ def test_transformers_trainer_every_logged_loss_at_its_step_and_tensorboard_show
         assert [v for _, v in got] == [float(f"{t['logs'][key]:.4g}") for t in logged]
         # ... at Trainer's global step, which its log dict (stdout) does not print: the step its bar (stderr)
         # showed when the dict was printed, kept however late the supervisor reads (rank 0's Python streams come
-        # in order through one FIFO). tqdm draws a frame at most every 10 ms (TQDM_MININTERVAL), so a step
+        # in order through one FIFO). tqdm draws a frame at most every 2 ms (TQDM_MININTERVAL), so a step
         # faster than that may leave the bar one step behind when the dict comes
         assert all(0 <= t["step"] - s <= 1 for (s, _), t in zip(got, logged)), (got, logged)
         assert sum(s == t["step"] for (s, _), t in zip(got, logged)) >= len(logged) - 1, (got, logged)
