@@ -22,14 +22,14 @@ from torch.utils.data import Dataset, TensorDataset
 LINEAR_IN, LINEAR_OUT = 64, 10
 MLP_IN, MLP_HIDDEN, MLP_LAYERS, MLP_CLASSES = 128, 256, 3, 10
 GPT_VOCAB, GPT_SEQ, GPT_D, GPT_LAYERS, GPT_HEADS = 256, 64, 128, 2, 4
-CNN_CLASSES, CNN_SIZE = 10, 32
+CNN_CLASSES, CNN_SIZE, CNN_WIDTHS = 10, 32, (16, 32, 64)
 #: Each workload's dimensions per size.  Large: the transformer is GPT-2 small's body (d 768, 12 heads, 6 layers,
 #: 256 tokens; about 43 M parameters, about 4 GB at batch 32 in fp32 with AdamW: an 8 GB GPU holds it).
 SIZES = {
     "small": {"linear": {"in_dim": LINEAR_IN, "out_dim": LINEAR_OUT},
               "mlp": {"in_dim": MLP_IN, "hidden": MLP_HIDDEN, "layers": MLP_LAYERS},
               "transformer": {"seq_len": GPT_SEQ, "d_model": GPT_D, "layers": GPT_LAYERS, "heads": GPT_HEADS},
-              "cnn": {"widths": (16, 32, 64)}},
+              "cnn": {"widths": CNN_WIDTHS}},
     "large": {"linear": {"in_dim": 1024, "out_dim": 256},
               "mlp": {"in_dim": 1024, "hidden": 4096, "layers": 4},
               "transformer": {"seq_len": 256, "d_model": 768, "layers": 6, "heads": 12},
@@ -70,7 +70,7 @@ def build_workload(cfg, device: torch.device) -> Workload:
     """The workload ``cfg.workload`` at ``cfg.model_size`` (resolved for ``device``) with its model on ``device``;
     seed the global RNG first (the model init draws from it, so every rank builds the same model)."""
     builders = {"linear": _linear, "mlp": _mlp, "transformer": _transformer, "cnn": _cnn}
-    size = resolve_model_size(getattr(cfg, "model_size", "auto"), device.type)
+    size = resolve_model_size(cfg.model_size, device.type)
     work = builders[cfg.workload](cfg, **SIZES[size][cfg.workload])
     work.model.to(device)
     work.size = size
@@ -269,7 +269,7 @@ class ResidualBlock(nn.Module):
 class SmallResNet(nn.Module):
     """A ResNet-style classifier for 32x32 images: a stem and three residual stages."""
 
-    def __init__(self, classes: int = CNN_CLASSES, widths: tuple[int, int, int] = (16, 32, 64)):
+    def __init__(self, classes: int = CNN_CLASSES, widths: tuple[int, int, int] = CNN_WIDTHS):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
         self.blocks = nn.Sequential(

@@ -13,6 +13,10 @@ from ..hosts.profiles import host_display_name
 #: (identity, the seed, and the operational timeouts and sampling interval).
 REPEAT_KEYS = frozenset({"schema", "run_id", "name", "tags", "seed", "node_rank", "rdzv_endpoint", "rdzv_timeout_s",
                          "rank_failure_timeout_s", "stop_grace_s", "telemetry_interval_s", "keep_outputs"})
+#: Config keys added after runs were stored without them, at the value such a run had: left out of the settings
+#: there, so a run stored before the key existed is a repeat of one at its default.
+ADDED_KEYS = {"model_size": "auto"}
+_ABSENT = object()
 #: The key that names a run's hosts in a setting (hosts are a setting: another machine, another result).
 HOSTS_KEY = "hosts"
 
@@ -28,9 +32,7 @@ def settings_of(config: dict, hosts: Sequence[str] = ()) -> dict:
     Environment variables are settings of their own (``OMP_NUM_THREADS``).  A script run's settings are its
     entry file, its arguments (each named one a setting: ``--lr``) and those of compile, precision and batch
     size it was given; where it runs from (an upload) and what a built-in workload reads are no settings."""
-    out = {k: v for k, v in config.items() if k not in REPEAT_KEYS}
-    if out.get("model_size") == "auto":  # the default, as a run stored before sizes existed (no key) had it
-        del out["model_size"]
+    out = {k: v for k, v in config.items() if k not in REPEAT_KEYS and ADDED_KEYS.get(k, _ABSENT) != v}
     for name, value in (out.pop("env", None) or {}).items():
         out[name if name not in config else f"env {name}"] = value
     if out.get("mode") == "script":
